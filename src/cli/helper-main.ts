@@ -1,0 +1,2 @@
+// stargz-store-helper: filled in by the store work.
+process.exitCode = 1;

@@ -1,0 +1,28 @@
+import { Command, CommanderError } from 'commander';
+import { registerLayerCommands } from './layer-command.js';
+import { registerImageCommands } from './image-command.js';
+import { registerServeCommand } from './serve-command.js';
+import { isStoreError } from '../util/errors.js';
+
+const program = new Command('stargz-store')
+  .description('Lazy-pulling Additional Layer Store for Podman and CRI-O (eStargz, zstd:chunked)')
+  .showHelpAfterError()
+  .exitOverride();
+
+registerServeCommand(program);
+registerLayerCommands(program);
+registerImageCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (err instanceof CommanderError) {
+    process.exitCode = err.exitCode;
+  } else if (isStoreError(err)) {
+    process.stderr.write(`stargz-store: ${err.code}: ${err.message}\n`);
+    process.exitCode = 1;
+  } else {
+    process.stderr.write(`stargz-store: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exitCode = 1;
+  }
+}

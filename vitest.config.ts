@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+    pool: 'forks',
+    // Integration suites share real daemons (registry, podman); keep files parallel but bounded.
+    maxWorkers: 2,
+    reporters: ['default'],
+  },
+});
