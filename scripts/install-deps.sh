@@ -10,6 +10,7 @@ PKGS=(
   skopeo                   # copies OCI layouts built by our writer into the registry
   busybox-static           # tiny runnable images
   stargz-snapshotter containerd   # ctr-remote, the Go eStargz converter (reference blobs)
+  apache2-utils            # htpasswd (bcrypt) for registry basic-auth tests
   zstd jq curl openssl ca-certificates strace procps iproute2 e2fsprogs
 )
 
@@ -31,7 +32,7 @@ fi
 
 fail=0
 for bin in /usr/bin/docker-registry /usr/bin/podman /usr/sbin/runc /usr/bin/skopeo /usr/bin/fusermount \
-  /bin/busybox /usr/bin/ctr-remote /usr/bin/containerd /usr/bin/zstd /usr/bin/openssl; do
+  /bin/busybox /usr/bin/ctr-remote /usr/bin/containerd /usr/bin/zstd /usr/bin/openssl /usr/bin/htpasswd; do
   if [[ ! -x $bin ]]; then
     echo "install-deps: MISSING $bin" >&2
     fail=1
