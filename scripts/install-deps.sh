@@ -11,6 +11,7 @@ PKGS=(
   busybox-static           # tiny runnable images
   stargz-snapshotter containerd   # ctr-remote, the Go eStargz converter (reference blobs)
   apache2-utils            # htpasswd (bcrypt) for registry basic-auth tests
+  python3                  # sd_notify sender (Node has no unix datagram sockets)
   zstd jq curl openssl ca-certificates strace procps iproute2 e2fsprogs
 )
 

@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { registerLayerCommands } from './layer-command.js';
 import { registerImageCommands } from './image-command.js';
 import { registerServeCommand } from './serve-command.js';
+import { registerStatusCommand } from './status-command.js';
 import { isStoreError } from '../util/errors.js';
 
 const program = new Command('stargz-store')
@@ -12,6 +13,7 @@ const program = new Command('stargz-store')
 registerServeCommand(program);
 registerLayerCommands(program);
 registerImageCommands(program);
+registerStatusCommand(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -1,5 +1,451 @@
-import type { Command } from 'commander';
+import { Command } from 'commander';
+import { execFile } from 'node:child_process';
+import { mkdir, readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import {
+  loadConfig,
+  DEFAULT_ADDR,
+  DEFAULT_CONFIG_PATH,
+  DEFAULT_ROOT,
+  type ConfigFlags,
+  type StoreConfig,
+} from '../store/config.js';
+import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
+import { createLogger, type Logger } from '../util/logger.js';
+import { sdNotify } from '../util/sd-notify.js';
+import { StoreError, asStoreError } from '../util/errors.js';
+import { clearStaleMount } from '../fs/mount-util.js';
+import { ChunkCache } from '../cache/index.js';
+import { FetchScheduler } from '../layer/index.js';
+import {
+  defaultAuthFilePaths,
+  defaultCredentialProviders,
+  MemoryCredentialProvider,
+  mergeHostsConfigs,
+  parseRegistriesConf,
+  RegistryClient,
+  type HostsConfig,
+  type MirrorConfig as RegistryMirror,
+} from '../registry/index.js';
+import { createLayerStore, mountStore } from '../store/index.js';
 
-export function registerServeCommand(_program: Command): void {
-  // filled in by the store work
+/**
+ * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
+ * command, a drop-in for the Go stargz-store's command line (Go `flag` also accepts `-log-level=x`).
+ *
+ * Start-up: config -> root (0700) -> clear a stale mount -> mountpoint -> registry, cache, store ->
+ * mount -> control socket -> READY=1 once the mount answers (probed from a child process: a
+ * synchronous stat of our own mount from this process would deadlock) -> wait.
+ * SIGINT and SIGTERM: STOPPING=1, close the socket, unmount, exit 0 (the Go store only cleans up on
+ * SIGINT; its unit needs ExecStopPost=umount for SIGTERM).
+ */
+
+const GO_FLAGS = ['config', 'log-level', 'root', 'addr'];
+
+/** `-log-level=debug` / `-root DIR` (Go flag syntax) -> `--log-level=debug` / `--root DIR`. */
+export function normalizeGoStyleArgs(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const a of argv) {
+    if (a === '--') {
+      out.push(...argv.slice(out.length));
+      break;
+    }
+    const m = /^-([a-z-]+)(=.*)?$/.exec(a);
+    out.push(m !== null && GO_FLAGS.includes(m[1]!) ? `-${a}` : a);
+  }
+  return out;
+}
+
+/** The serve command normalises Go-style flags itself, so main.ts needs no special argv handling. */
+class ServeCommand extends Command {
+  override parseOptions(argv: string[]): { operands: string[]; unknown: string[] } {
+    return super.parseOptions(normalizeGoStyleArgs(argv));
+  }
+}
+
+interface ServeFlags {
+  config?: string;
+  logLevel?: string;
+  root?: string;
+  addr?: string;
+  set?: string[];
+}
+
+export function registerServeCommand(program: Command): void {
+  const serve = new ServeCommand('serve')
+    .description(
+      'mount the Additional Layer Store at <mountpoint> and serve until SIGINT/SIGTERM (default command)',
+    )
+    .argument('[mountpoint]', 'where Podman/CRI-O find the store, e.g. /var/lib/stargz-store/store')
+    .option('--config <file>', `TOML config (a missing file is fatal unless it is ${DEFAULT_CONFIG_PATH})`)
+    .option('--log-level <level>', 'trace, debug, info, warn, error, fatal', 'info')
+    .option('--root <dir>', `state root (cache, metadata)`, DEFAULT_ROOT)
+    .option('--addr <sock>', `control socket for stargz-store-helper and status`, DEFAULT_ADDR)
+    .option(
+      '--set <key=value>',
+      'override a config.toml key, e.g. blob.chunk_size=100000 (repeatable)',
+      collect,
+      [],
+    )
+    .action(async (mountpoint: string | undefined, o: ServeFlags) => {
+      const code = await runServe({
+        mountpoint,
+        config: o.config,
+        logLevel: o.logLevel,
+        root: o.root,
+        addr: o.addr,
+        set: o.set,
+      });
+      process.exit(code);
+    });
+  program.addCommand(serve, { isDefault: true });
+}
+
+function collect(v: string, prev: string[]): string[] {
+  return [...prev, v];
+}
+
+/** Waits until `mountpoint` is a FUSE mount that answers a stat from another process. */
+export async function waitForMountLive(
+  mountpoint: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastWhy = 'not mounted yet';
+  while (Date.now() < deadline) {
+    if (signal?.aborted) throw new StoreError('E_ABORTED', 'stopped while waiting for the mount');
+    if (await isFuseMount(mountpoint)) {
+      const left = Math.max(100, deadline - Date.now());
+      const r = await statInChild(mountpoint, Math.min(left, 5000));
+      if (r === undefined) return;
+      lastWhy = r;
+    }
+    await new Promise((res) => setTimeout(res, 25));
+  }
+  throw new StoreError(
+    'E_DEADLINE',
+    `mount at ${mountpoint} did not answer within ${timeoutMs} ms: ${lastWhy}`,
+    {
+      path: mountpoint,
+    },
+  );
+}
+
+function unescapeMountPath(p: string): string {
+  return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+async function isFuseMount(mountpoint: string): Promise<boolean> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  for (const line of text.split('\n')) {
+    const f = line.split(' ');
+    const sep = f.indexOf('-');
+    if (sep > 4 && unescapeMountPath(f[4]!) === mountpoint && (f[sep + 1] ?? '').startsWith('fuse'))
+      return true;
+  }
+  return false;
+}
+
+/** undefined when `stat` in a child succeeded; else the reason. */
+function statInChild(path: string, timeoutMs: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    execFile('stat', ['-c', '%i', '--', path], { timeout: timeoutMs }, (err, _out, stderr) => {
+      resolve(err ? String(stderr).trim() || err.message : undefined);
+    });
+  });
+}
+
+/** Runs the store until a signal; returns the process exit code. Start-up errors are thrown. */
+export async function runServe(flags: ConfigFlags): Promise<number> {
+  // Signals first, so a SIGTERM during start-up still unmounts whatever was mounted.
+  const stop = new AbortController();
+  let stopSignal: string | undefined;
+  const onSignal = (sig: NodeJS.Signals): void => {
+    if (stopSignal !== undefined) {
+      // Second signal while stopping: the operator insists.
+      process.stderr.write(`stargz-store: ${sig} again while stopping; exiting now\n`);
+      process.exit(1);
+    }
+    stopSignal = sig;
+    stop.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const { config, warnings, notes } = await loadConfig(flags);
+  const logger = createLogger(config.logLevel);
+  for (const w of warnings) logger.warn({ file: config.configFile }, w);
+  for (const n of notes) logger.debug({ file: config.configFile }, n);
+  logger.info(
+    {
+      mountpoint: config.mountpoint,
+      root: config.root,
+      addr: config.addr,
+      config: config.configFile ?? '(defaults)',
+    },
+    'stargz-store starting',
+  );
+
+  let built: BuiltStore | undefined;
+  let mounted: { unmount(): Promise<void> } | undefined;
+  let control: ControlServer | undefined;
+  const startedAt = new Date().toISOString();
+
+  const cleanup = async (): Promise<number> => {
+    let code = 0;
+    await sdNotify('STOPPING=1').catch((err: unknown) =>
+      logger.warn({ err: asStoreError(err) }, 'sd_notify STOPPING failed'),
+    );
+    if (control)
+      await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
+    if (mounted) {
+      try {
+        await withTimeout(mounted.unmount(), UNMOUNT_TIMEOUT_MS, `unmount of ${config.mountpoint}`);
+      } catch (err) {
+        code = 1;
+        logger.error({ err: asStoreError(err), mountpoint: config.mountpoint }, 'unmount failed');
+      }
+    }
+    if (built) await built.close().catch((err: unknown) => logger.warn({ err }, 'closing the store failed'));
+    return code;
+  };
+
+  try {
+    await mkdir(config.root, { recursive: true, mode: 0o700 });
+    const stale = await clearStaleMount(config.mountpoint);
+    if (stale === 'cleared')
+      logger.warn({ mountpoint: config.mountpoint }, 'cleared a stale mount left by a previous store');
+    if (stale === 'live') {
+      throw new StoreError('E_IO', `${config.mountpoint} is already served by a running store`, {
+        path: config.mountpoint,
+      });
+    }
+    await mkdir(config.mountpoint, { recursive: true, mode: 0o755 });
+    if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
+
+    built = await buildStore(config, logger);
+    mounted = await built.mount(config.mountpoint);
+    if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
+
+    const store = built;
+    control = await startControlSocket(
+      config.addr,
+      {
+        addCredentials: (map) => store.addCredentials(map),
+        status: () => ({
+          pid: process.pid,
+          mountpoint: config.mountpoint,
+          root: config.root,
+          startedAt,
+          layers: store.status(),
+        }),
+      },
+      { logger },
+    );
+
+    await waitForMountLive(config.mountpoint, config.deadlines.fuseSec * 1000, stop.signal).catch(
+      (err: unknown) => {
+        if (!stop.signal.aborted) throw err;
+      },
+    );
+    if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
+
+    if (
+      await sdNotify('READY=1').catch((err: unknown) =>
+        logger.error({ err: asStoreError(err) }, 'sd_notify READY failed'),
+      )
+    ) {
+      logger.debug('sent READY=1');
+    }
+    logger.info({ mountpoint: config.mountpoint, pid: process.pid }, 'stargz-store ready');
+
+    await new Promise<void>((resolve) => {
+      if (stop.signal.aborted) resolve();
+      else stop.signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+    return await finish(cleanup, logger, stopSignal);
+  } catch (err) {
+    const e = asStoreError(err);
+    logger.error({ err: e }, 'start-up failed');
+    await cleanup();
+    await flush(logger);
+    // Anything still holding the loop (sockets, FUSE thread) must not keep a failed store alive.
+    setTimeout(() => process.exit(1), 2000).unref();
+    throw e;
+  }
+}
+
+const UNMOUNT_TIMEOUT_MS = 20_000;
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new StoreError('E_DEADLINE', `${what} did not finish within ${ms} ms`)),
+      ms,
+    );
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+async function finish(
+  cleanup: () => Promise<number>,
+  logger: Logger,
+  sig: string | undefined,
+): Promise<number> {
+  logger.info({ signal: sig }, 'stopping');
+  const code = await cleanup();
+  logger.info({ code }, 'stargz-store stopped');
+  await flush(logger);
+  return code;
+}
+
+function flush(logger: Logger): Promise<void> {
+  return new Promise((resolve) => {
+    logger.flush(() => resolve());
+  });
+}
+
+export type { StoreConfig };
+
+/** What the serve command needs from the assembled store. */
+export interface BuiltStore {
+  mount(mountpoint: string): Promise<{ unmount(): Promise<void> }>;
+  addCredentials(map: CredentialMap): void | Promise<void>;
+  status(): unknown;
+  close(): Promise<void>;
+}
+
+/** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
+async function readRegistriesConf(path: string, logger: Logger): Promise<HostsConfig> {
+  if (path === '') return {};
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
+    throw new StoreError(
+      'E_CONFIG',
+      `config key [registry] registries_conf: cannot read ${path}: ${(err as Error).message}`,
+      {
+        key: 'registries_conf',
+        path,
+      },
+    );
+  }
+  try {
+    const hosts = parseRegistriesConf(text);
+    logger.debug({ path, hosts: Object.keys(hosts) }, 'read registries.conf');
+    return hosts;
+  } catch (err) {
+    throw new StoreError(
+      'E_CONFIG',
+      `config key [registry] registries_conf: ${path}: ${asStoreError(err).message}`,
+      {
+        key: 'registries_conf',
+        path,
+      },
+    );
+  }
+}
+
+/** The Go store's `[[resolver.host."<host>".mirrors]]` in the registry client's terms. */
+export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
+  const hosts: HostsConfig = {};
+  for (const [host, { mirrors }] of Object.entries(config.resolver.hosts)) {
+    hosts[host] = {
+      mirrors: mirrors.map((m) => {
+        const mc: RegistryMirror = { host: m.host, insecure: m.insecure };
+        // Go: 0 = the global [resolver] timeout, < 0 = none.
+        if (m.requestTimeoutSec !== 0)
+          mc.requestTimeoutMs = m.requestTimeoutSec < 0 ? Infinity : m.requestTimeoutSec * 1000;
+        if (Object.keys(m.header).length > 0) mc.headers = m.header;
+        return mc;
+      }),
+    };
+  }
+  return hosts;
+}
+
+/** auth.json search order with the config's overrides ([registry] auth_file, docker_config). */
+export function authFilePaths(config: StoreConfig, env: NodeJS.ProcessEnv = process.env): string[] {
+  const e = { ...env };
+  if (config.registry.authFile !== '') e.REGISTRY_AUTH_FILE = config.registry.authFile;
+  const paths = defaultAuthFilePaths(e);
+  if (config.registry.dockerConfig === '') return paths;
+  const defaultDocker = join(e.DOCKER_CONFIG || join(e.HOME || homedir(), '.docker'), 'config.json');
+  return paths.map((p) => (p === defaultDocker ? config.registry.dockerConfig : p));
+}
+
+/** Registry client, chunk cache and layer store, built from the config. */
+export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
+  const hosts = mergeHostsConfigs(
+    hostsFromStoreConfig(config),
+    await readRegistriesConf(config.registry.registriesConf, logger),
+  );
+  const memory = new MemoryCredentialProvider();
+  const registry = new RegistryClient({
+    hosts,
+    credentials: defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
+    platforms: config.platform.platforms,
+    retry: {
+      maxRetries: config.blob.maxRetries,
+      minWaitMs: config.blob.minWaitMsec,
+      maxWaitMs: config.blob.maxWaitMsec,
+    },
+    blockSize: config.blob.chunkSize,
+    forceSingleRange: config.blob.forceSingleRangeMode,
+    requestTimeoutMs: config.resolver.requestTimeoutSec * 1000,
+    fetchTimeoutMs: config.blob.fetchingTimeoutSec * 1000,
+    tagTtlMs: config.registry.tagTtlSec * 1000,
+    logger,
+  });
+  let cache: ChunkCache | undefined;
+  try {
+    cache = await ChunkCache.open({
+      root: config.root,
+      // 0 = no byte bound (min_free_bytes still applies)
+      maxBytes: config.cache.maxBytes === 0 ? Number.MAX_SAFE_INTEGER : config.cache.maxBytes,
+      minFreeBytes: config.cache.minFreeBytes,
+      memoryBytes: config.cache.memoryBytes,
+      logger,
+    });
+    const readMs = config.deadlines.readSec * 1000;
+    const store = createLayerStore({
+      root: config.root,
+      registry,
+      cache,
+      credentials: memory,
+      logger,
+      deadlines: { lookupMs: config.deadlines.lookupSec * 1000, readMs },
+      negativeTtlMs: config.resolveResultEntryTtlSec * 1000,
+      layer: {
+        deadlineMs: readMs,
+        prefetch: !config.noprefetch,
+        prefetchBytes: config.prefetchSize,
+        backgroundFetch: !config.noBackgroundFetch,
+        scheduler: new FetchScheduler({ backgroundConcurrency: config.maxConcurrency }),
+        stateDir: join(config.root, 'layer-state'),
+      },
+    });
+    const c = cache;
+    return {
+      mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
+      addCredentials: (map) => {
+        store.addCredentials(map);
+      },
+      status: () => store.status(),
+      close: async () => {
+        await store.close();
+        await c.close();
+        await registry.close();
+      },
+    };
+  } catch (err) {
+    await cache?.close();
+    await registry.close();
+    throw err;
+  }
 }

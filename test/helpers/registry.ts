@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, writeFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -20,8 +20,8 @@ export interface RegistryOptions {
   htpasswd?: string;
   /** Token auth: realm URL, service and a PEM certificate bundle that signs tokens. */
   token?: { realm: string; service: string; issuer: string; rootCertBundlePath: string };
-  /** TLS: paths to server certificate and key. */
-  tls?: { certificate: string; key: string };
+  /** TLS: paths to server certificate and key; `clientCas` makes client certificates mandatory. */
+  tls?: { certificate: string; key: string; clientCas?: string[] };
 }
 
 export async function freePort(): Promise<number> {
@@ -54,6 +54,9 @@ export async function startRegistry(opts: RegistryOptions = {}): Promise<TestReg
   ];
   if (opts.tls) {
     lines.push('  tls:', `    certificate: ${opts.tls.certificate}`, `    key: ${opts.tls.key}`);
+    if (opts.tls.clientCas?.length) {
+      lines.push('    clientcas:', ...opts.tls.clientCas.map((c) => `      - ${c}`));
+    }
   }
   if (opts.htpasswd !== undefined) {
     await writeFile(join(dir, 'htpasswd'), opts.htpasswd);
@@ -93,7 +96,7 @@ export async function startRegistry(opts: RegistryOptions = {}): Promise<TestReg
       throw new Error(`docker-registry did not start:\n${log.join('\n')}`);
     }
     const up = await new Promise<boolean>((resolve) => {
-      const s = net.connect(port, '127.0.0.1');
+      const s = connect(port, '127.0.0.1');
       s.once('connect', () => {
         s.destroy();
         resolve(true);
@@ -119,5 +122,3 @@ export async function startRegistry(opts: RegistryOptions = {}): Promise<TestReg
     },
   };
 }
-
-import * as net from 'node:net';

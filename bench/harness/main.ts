@@ -1,0 +1,296 @@
+/**
+ * Container start-up benchmark (issue 6). `npm run bench -- --quick` for the smoke run; see
+ * bench/README.md for the full run. Builds the workloads offline, pushes them in every format, then
+ * runs cold pull + first run per mode, image and network profile, and writes JSON, markdown and SVG.
+ */
+import { access, mkdir, writeFile } from 'node:fs/promises';
+import { cpus, release, totalmem } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CommanderError } from 'commander';
+import { isStoreError, StoreError } from '../../src/util/errors.js';
+import { installSignalCleanup, runCleanups } from '../lib/cleanup.js';
+import { unmountUnder } from '../lib/mounts.js';
+import { removeStaleNamespaces } from '../lib/netns.js';
+import { PodmanEnv } from '../lib/podman.js';
+import { requireTools, run, say } from '../lib/proc.js';
+import { profileSource } from '../lib/profile.js';
+import { startBenchRegistry } from '../lib/registry-server.js';
+import { checkLink, measureProxyOverhead, type LinkCheck, type ProxyOverhead } from './calibrate.js';
+import { ensureFormats, type FormatId, type FormatOutcome } from './formats.js';
+import { MAX_PODMAN_DIR, runDir, runIteration, selectModes, type StoreCommand, type StoreKind } from './modes.js';
+import { openNetworkPath } from './networks.js';
+import { parseOptions, type HarnessOptions } from './options.js';
+import { renderMarkdown, summarizeAll, type Cell } from './report.js';
+import { renderChart } from './svg.js';
+import { buildWorkloads } from './workloads.js';
+
+const REPO = fileURLToPath(new URL('../../../', import.meta.url));
+
+async function machine(): Promise<Record<string, unknown>> {
+  const podman = await run('podman', ['--version'], { allowFail: true });
+  const c = cpus();
+  return {
+    cpuModel: c[0]?.model ?? 'unknown',
+    cpus: c.length,
+    memGiB: +(totalmem() / 2 ** 30).toFixed(1),
+    kernel: release(),
+    node: process.version,
+    podman: podman.stdout.trim(),
+  };
+}
+
+function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreCommand>> {
+  const ours: StoreCommand = {
+    argv: o.storeBin ? o.storeBin.split(/\s+/).filter(Boolean) : [process.execPath, join(REPO, 'bin/stargz-store.js')],
+    stopSignal: 'SIGTERM',
+    logLevel: o.storeLogLevel,
+    ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
+  };
+  const out: Partial<Record<StoreKind, StoreCommand>> = { ours };
+  if (o.baselineStore) {
+    out.baseline = {
+      argv: [resolve(o.baselineStore)],
+      stopSignal: o.baselineStopSignal,
+      logLevel: o.storeLogLevel,
+      ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
+    };
+  }
+  return out;
+}
+
+interface Results {
+  version: 1;
+  startedAt: string;
+  finishedAt?: string;
+  durationS?: number;
+  complete: boolean;
+  machine: Record<string, unknown>;
+  options: Record<string, unknown>;
+  workloads: Array<Record<string, unknown>>;
+  calibration: { proxyOverhead?: ProxyOverhead | { error: string }; links: Array<LinkCheck | { network: string; error: string }> };
+  summaries: ReturnType<typeof summarizeAll>;
+  cells: Cell[];
+}
+
+async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
+  await mkdir(o.out, { recursive: true });
+  res.summaries = summarizeAll(res.cells);
+  await writeFile(join(o.out, 'results.json'), JSON.stringify(res, null, 2) + '\n');
+  const m = res.machine;
+  const prox = res.calibration.proxyOverhead;
+  const lines = [
+    `Run ${res.startedAt}${res.durationS !== undefined ? ` (${Math.round(res.durationS)} s)` : ''}${res.complete ? '' : ' — INCOMPLETE'}; ` +
+      `${o.quick ? 'quick preset' : 'full preset'}; ${o.iterations} iteration(s); images ${o.images.join(', ')} (large scale ${o.scale}); shaper ${o.shaper}.`,
+    `Machine: ${String(m.cpus)} x ${String(m.cpuModel)}, ${String(m.memGiB)} GiB RAM, kernel ${String(m.kernel)}, ${String(m.podman)}, node ${String(m.node)}.`,
+    ...res.workloads.map(
+      (w) =>
+        `- image **${String(w.name)}**: ${(Number(w.uncompressedBytes) / 1e6).toFixed(0)} MB uncompressed, ${String(w.layers)} layer(s)` +
+        (w.touchedBytes ? `, entrypoint reads ${(Number(w.touchedBytes) / 1e6).toFixed(1)} MB` : '') +
+        `; compressed: ${Object.entries(w.images as Record<string, { compressedBytes?: number; error?: string }>)
+          .map(([f, i]) => `${f} ${i.compressedBytes ? (i.compressedBytes / 1e6).toFixed(0) + ' MB' : 'FAILED'}`)
+          .join(', ')}`,
+    ),
+    prox && 'directMbit' in prox
+      ? `Proxy overhead (loopback, ${(prox.bytes / 2 ** 20).toFixed(0)} MiB range, p50 of 3): direct ${prox.directMbit.toFixed(0)} Mbit/s, through the pass-through proxy ${prox.proxiedMbit.toFixed(0)} Mbit/s (${(prox.throughputLoss * 100).toFixed(1)} % loss); TTFB ${prox.directTtfbMs.toFixed(2)} vs ${prox.proxiedTtfbMs.toFixed(2)} ms.`
+      : prox
+        ? `Proxy overhead: not measured (${prox.error}).`
+        : '',
+    ...res.calibration.links.map((l) =>
+      'error' in l
+        ? `Link ${l.network}: check failed (${l.error}).`
+        : `Link ${l.network}: target ${l.targetMbit ?? '∞'} Mbit/s / ${l.targetRttMs} ms RTT; measured ${l.achievedMbit.toFixed(1)} Mbit/s over ${(l.bytes / 1e6).toFixed(0)} MB, fresh-connection TTFB ${l.ttfbMs.toFixed(1)} ms (≈ 2 RTT expected).`,
+    ),
+  ].filter(Boolean);
+  await writeFile(join(o.out, 'results.md'), renderMarkdown({ title: 'Container start-up benchmark', lines }, res.summaries));
+  await writeFile(join(o.out, 'chart.svg'), renderChart('Cold pull + first run (p50): lower is better', res.summaries));
+}
+
+async function main(): Promise<void> {
+  const o = parseOptions(process.argv.slice(2), REPO);
+  installSignalCleanup();
+  const started = performance.now();
+  if (process.getuid?.() !== 0) throw new StoreError('E_CONFIG', 'the benchmark needs root (mounts, namespaces, podman)');
+  const modes = selectModes(o.modes, o.baselineStore !== undefined);
+  const needFormats = new Set<FormatId>(modes.map((m) => m.format));
+  await requireTools({
+    podman: 'podman',
+    skopeo: 'skopeo',
+    runc: 'runc',
+    tar: 'tar',
+    unshare: 'util-linux',
+    nsenter: 'util-linux',
+    curl: 'curl',
+    python3: 'python3',
+    '/usr/bin/docker-registry': 'docker-registry',
+    ...(needFormats.has('esgz-opt') && o.profile === 'strace' ? { strace: 'strace' } : {}),
+    ...(o.shaper === 'htb' ? { ip: 'iproute2', tc: 'iproute2' } : {}),
+  });
+  if (modes.some((m) => m.store === 'ours') && !o.storeBin) {
+    await access(join(REPO, 'dist/src/cli/main.js')).catch(() =>
+      say('WARNING: dist/src/cli/main.js missing (run npm run build); lazy modes will fail'),
+    );
+  }
+  if (join(runDir(resolve(o.workDir), 9999), 'p').length > MAX_PODMAN_DIR) {
+    throw new StoreError(
+      'E_CONFIG',
+      `--work-dir ${o.workDir} is too long: Podman 4.3 stalls 20 s per run when its runroot path is long; use <= ${MAX_PODMAN_DIR - 9} characters`,
+    );
+  }
+  await mkdir(o.workDir, { recursive: true });
+  for (const stale of await removeStaleNamespaces()) say(`removed stale namespace ${stale}`);
+  for (const sub of ['r', 'mnt']) for (const m of await unmountUnder(join(o.workDir, sub))) say(`unmounted stale ${m}`);
+
+  const res: Results = {
+    version: 1,
+    startedAt: new Date().toISOString(),
+    complete: false,
+    machine: await machine(),
+    options: { ...o, networks: o.networks.map((n) => n.name) },
+    workloads: [],
+    calibration: { links: [] },
+    summaries: [],
+    cells: [],
+  };
+
+  say(`workloads: ${o.images.join(', ')} (large scale ${o.scale})`);
+  const workloads = await buildWorkloads(o.images, {
+    workDir: o.workDir,
+    scale: o.scale,
+    seed: o.seed,
+    suite: o.suite,
+    ...(o.mirror ? { mirror: o.mirror } : {}),
+  });
+
+  const registry = await startBenchRegistry({
+    dataDir: join(o.workDir, 'registry', 'data'),
+    confDir: join(o.workDir, 'registry'),
+  });
+  say(`registry ${registry.host} (pid ${registry.pid})`);
+  const buildEnv = await PodmanEnv.create({
+    dir: join(o.workDir, 'build-storage'),
+    storage: { kind: 'plain' },
+    insecureRegistries: [registry.host],
+  });
+  const source = profileSource(o.profile);
+  const outcomes = new Map<string, FormatOutcome[]>();
+  for (const w of workloads) {
+    const fo = await ensureFormats({ workDir: o.workDir, registry, buildEnv, profileSource: source }, w, [...needFormats]);
+    outcomes.set(w.name, fo);
+    res.workloads.push({
+      name: w.name,
+      key: w.key,
+      layers: w.layers.length,
+      uncompressedBytes: w.uncompressedBytes,
+      ...(w.touchedBytes ? { touchedBytes: w.touchedBytes } : {}),
+      images: Object.fromEntries(
+        fo.map((f) => [
+          f.format,
+          f.image
+            ? { compressedBytes: f.image.compressedBytes, manifestDigest: f.image.manifestDigest, prioritized: f.image.prioritized }
+            : { error: f.error },
+        ]),
+      ),
+    });
+  }
+  if (o.buildOnly) {
+    res.complete = true;
+    await writeOutputs(o, res);
+    return;
+  }
+
+  // calibration on the biggest gzip blob we have
+  const gz = [...outcomes.values()].flat().find((f) => f.format === 'gzip' && f.image)?.image;
+  const biggest = gz
+    ? [...outcomes.values()]
+        .flat()
+        .filter((f) => f.format === 'gzip' && f.image)
+        .flatMap((f) => f.image!.layers.map((l) => ({ repo: f.image!.repo, ...l })))
+        .sort((a, b) => b.size - a.size)[0]
+    : undefined;
+  const blobPath = biggest ? `/v2/${biggest.repo}/blobs/${biggest.digest}` : undefined;
+  if (biggest && blobPath && o.networks.some((n) => n.rateMbit !== undefined || n.rttMs > 0) && o.shaper === 'proxy') {
+    try {
+      res.calibration.proxyOverhead = await measureProxyOverhead(registry.host, blobPath, biggest.size);
+      say(`proxy overhead: ${JSON.stringify(res.calibration.proxyOverhead)}`);
+    } catch (e) {
+      res.calibration.proxyOverhead = { error: (e as Error).message };
+    }
+  }
+
+  const stores = storeCommands(o);
+  let seq = 0;
+  for (const net of o.networks) {
+    const path = await openNetworkPath(net, o.shaper, {
+      registry,
+      registryDataDir: join(o.workDir, 'registry', 'data'),
+      confDir: join(o.workDir, 'registry'),
+    });
+    try {
+      if (path.shaper !== 'none' && biggest && blobPath) {
+        try {
+          const l = await checkLink(path, blobPath, biggest.size);
+          res.calibration.links.push(l);
+          say(`link ${net.name}: ${l.achievedMbit.toFixed(1)} Mbit/s, TTFB ${l.ttfbMs.toFixed(1)} ms`);
+        } catch (e) {
+          res.calibration.links.push({ network: net.name, error: (e as Error).message });
+        }
+      }
+      for (const w of workloads) {
+        const fo = outcomes.get(w.name)!;
+        const cells = new Map<string, Cell>();
+        for (const m of modes) {
+          const f = fo.find((x) => x.format === m.format);
+          const cell: Cell = { image: w.name, network: net.name, mode: m.id, label: m.label, format: m.format, iterations: [] };
+          if (!f?.image) cell.skipped = `format ${m.format} not available: ${f?.error ?? 'not built'}`;
+          cells.set(m.id, cell);
+          res.cells.push(cell);
+        }
+        // iterations outermost: modes interleave, so slow drifts of the shared machine spread evenly
+        for (let i = 1; i <= o.iterations; i++) {
+          for (const m of modes) {
+            const cell = cells.get(m.id)!;
+            // a mode that failed once is not retried in the same cell (keeps broken modes cheap)
+            if (cell.skipped || cell.iterations.some((r) => !r.ok)) continue;
+            const r = await runIteration({
+              workDir: o.workDir,
+              path,
+              workload: w,
+              mode: m,
+              iteration: i,
+              stores,
+              seq: ++seq,
+              failedLogDir: join(o.out, 'logs'),
+            });
+            cell.iterations.push(r);
+            say(
+              r.ok
+                ? `${w.name} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
+                : `${w.name} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
+            );
+          }
+          await writeOutputs(o, res);
+        }
+      }
+    } finally {
+      await path.close();
+    }
+  }
+  res.complete = true;
+  res.finishedAt = new Date().toISOString();
+  res.durationS = (performance.now() - started) / 1000;
+  await writeOutputs(o, res);
+  say(`done in ${res.durationS.toFixed(0)} s: ${join(o.out, 'results.md')}, results.json, chart.svg`);
+}
+
+main()
+  .catch((err: unknown) => {
+    if (err instanceof CommanderError) {
+      process.exitCode = err.exitCode;
+      return;
+    }
+    const msg = isStoreError(err) ? `${err.code}: ${err.message}` : err instanceof Error ? (err.stack ?? err.message) : String(err);
+    process.stderr.write(`bench: ${msg}\n`);
+    process.exitCode = 1;
+  })
+  .finally(() => runCleanups());

@@ -1,0 +1,201 @@
+import { copyFile, mkdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { StoreError } from '../../src/util/errors.js';
+import { PodmanEnv, type StorageMode } from '../lib/podman.js';
+import { say, tail } from '../lib/proc.js';
+import type { Usage } from '../lib/registry-server.js';
+import { startStore, type RunningStore } from '../lib/store-process.js';
+import type { FormatId } from './formats.js';
+import type { NetworkPath } from './networks.js';
+import type { Workload } from './workloads.js';
+
+/**
+ * Modes = how an image gets from the registry into a running container:
+ *   full-gzip             plain `podman pull` of the gzip image (the baseline everything is compared to)
+ *   partial-zstd-chunked  Podman partial pull (enable_partial_images) of the zstd:chunked image
+ *   lazy-<format>         through our store as an Additional Layer Store, per lazy format
+ *   baseline-<format>     the same through another store binary (--baseline-store)
+ */
+
+export type StoreKind = 'ours' | 'baseline';
+
+export interface ModeDef {
+  id: string;
+  format: FormatId;
+  storage: 'plain' | 'partial' | 'als';
+  store?: StoreKind;
+  label: string;
+}
+
+export const LAZY_FORMATS: readonly FormatId[] = ['estargz', 'esgz-opt', 'zstd-chunked'];
+
+/** Every mode the run can do, given whether a baseline store was supplied. Pure. */
+export function allModes(withBaseline: boolean): ModeDef[] {
+  const modes: ModeDef[] = [
+    { id: 'full-gzip', format: 'gzip', storage: 'plain', label: 'full pull (gzip)' },
+    { id: 'partial-zstd-chunked', format: 'zstd-chunked', storage: 'partial', label: 'Podman partial pull (zstd:chunked)' },
+  ];
+  for (const f of LAZY_FORMATS) modes.push({ id: `lazy-${f}`, format: f, storage: 'als', store: 'ours', label: `lazy, our store (${f})` });
+  if (withBaseline) {
+    for (const f of LAZY_FORMATS) {
+      modes.push({ id: `baseline-${f}`, format: f, storage: 'als', store: 'baseline', label: `lazy, baseline store (${f})` });
+    }
+  }
+  return modes;
+}
+
+/** Select modes by id list (or all); unknown ids are an error. Pure. */
+export function selectModes(spec: string | undefined, withBaseline: boolean): ModeDef[] {
+  const all = allModes(withBaseline);
+  if (!spec || spec === 'all') return all;
+  const ids = spec.split(',').map((s) => s.trim()).filter(Boolean);
+  const out: ModeDef[] = [];
+  for (const id of ids) {
+    const m = all.find((x) => x.id === id);
+    if (!m) {
+      throw new StoreError('E_CONFIG', `unknown mode "${id}" (known: ${all.map((x) => x.id).join(', ')})`);
+    }
+    out.push(m);
+  }
+  return out;
+}
+
+/** Scratch dir of one iteration: `<work>/r/<seq>` (see runIteration for why it is short). */
+export function runDir(workDir: string, seq: number): string {
+  return join(workDir, 'r', String(seq));
+}
+
+/** Longest Podman dir (<run dir>/p) with which `podman run` does not stall on this Podman. */
+export const MAX_PODMAN_DIR = 40;
+
+export interface StoreCommand {
+  argv: string[];
+  stopSignal: NodeJS.Signals;
+  config?: string;
+  logLevel: string;
+}
+
+export interface IterationResult {
+  iteration: number;
+  ok: boolean;
+  error?: string;
+  pullMs?: number;
+  runMs?: number;
+  totalMs?: number;
+  registry?: Usage;
+  /** Layers served by the store vs all layers (als modes). */
+  lazyLayers?: number;
+  totalLayers?: number;
+  storePeakRssKiB?: number;
+  storeCpuMs?: number;
+  storeForcedUnmount?: boolean;
+  output?: string;
+}
+
+export interface IterationContext {
+  workDir: string;
+  path: NetworkPath;
+  workload: Workload;
+  mode: ModeDef;
+  iteration: number;
+  stores: Partial<Record<StoreKind, StoreCommand>>;
+  /** Sequence number of this iteration in the run (names its scratch dir). */
+  seq: number;
+  /** Store logs of failed iterations are kept here. */
+  failedLogDir?: string;
+}
+
+/**
+ * One cold iteration: fresh Podman storage, fresh store root and mount point, pull, first run, then
+ * tear everything down. Failures come back as a failed result with the reason, never as a throw.
+ */
+export async function runIteration(ctx: IterationContext): Promise<IterationResult> {
+  const { mode, workload, path } = ctx;
+  // Short on purpose: with a Podman runroot much longer than ~45 characters every `podman run` stalls
+  // 20 s ("Exceeded conmon timeout waiting for container to exit"), measured on Podman 4.3.1.
+  const dir = runDir(ctx.workDir, ctx.seq);
+  const name = `${workload.name}-${path.profile.name}-${mode.id}-${ctx.iteration}`;
+  await rm(dir, { recursive: true, force: true });
+  await mkdir(dir, { recursive: true });
+  const ref = `${path.refHost}/bench/${workload.name}:${mode.format}`;
+  const res: IterationResult = { iteration: ctx.iteration, ok: false };
+  let store: RunningStore | undefined;
+  let podman: PodmanEnv | undefined;
+  const mnt = join(dir, 'm');
+  try {
+    let storage: StorageMode = { kind: mode.storage === 'als' ? 'plain' : mode.storage };
+    if (mode.storage === 'als') {
+      const cmd = ctx.stores[mode.store ?? 'ours'];
+      if (!cmd) throw new StoreError('E_CONFIG', `no ${mode.store ?? 'ours'} store command configured`);
+      const storeRoot = join(dir, 'store-root');
+      await mkdir(storeRoot, { recursive: true });
+      let config = cmd.config;
+      if (!config) {
+        // an explicit (empty) config: a missing non-default config file is fatal for the Go store
+        config = join(dir, 'store-config.toml');
+        await writeFile(config, '# sgz benchmark: store defaults\n');
+      }
+      store = await startStore({
+        command: cmd.argv,
+        root: storeRoot,
+        mountpoint: mnt,
+        addr: join(dir, 'store.sock'),
+        config,
+        logLevel: cmd.logLevel,
+        prefix: path.prefix,
+        stopSignal: cmd.stopSignal,
+        logFile: join(dir, 'store.log'),
+      });
+      storage = { kind: 'als', mount: mnt };
+    }
+    podman = await PodmanEnv.create({
+      dir: join(dir, 'p'),
+      storage,
+      insecureRegistries: [path.refHost],
+      prefix: path.prefix,
+    });
+    const mark = path.registry.mark();
+    res.pullMs = await podman.pull(ref);
+    if (mode.storage === 'als') {
+      const c = await podman.alsLayerCount(mnt);
+      res.lazyLayers = c.lazy;
+      res.totalLayers = c.total;
+    }
+    const r = await podman.runImage(ref);
+    res.runMs = r.ms;
+    res.totalMs = res.pullMs + res.runMs;
+    res.output = tail(r.output.trim(), 400);
+    await path.registry.settle();
+    res.registry = path.registry.usageSince(mark);
+    if (store) {
+      const s = await store.sample();
+      if (s) {
+        res.storePeakRssKiB = s.peakRssKiB;
+        res.storeCpuMs = s.cpuMs;
+      }
+    }
+    const missing = workload.expect.filter((e) => !r.output.includes(e));
+    if (missing.length > 0) {
+      throw new StoreError('E_DIGEST_MISMATCH', `first run printed unexpected output (wanted "${missing[0]}")`, { ref });
+    }
+    res.ok = true;
+  } catch (err) {
+    res.ok = false;
+    res.error = err instanceof Error ? err.message : String(err);
+    if (store) res.error += ` | store log: ${store.logTail(600)}`;
+  } finally {
+    if (podman) await podman.destroy().catch(() => undefined);
+    if (store) {
+      const s = await store.stop();
+      res.storeForcedUnmount = s.forcedUnmount;
+      if (!res.ok && ctx.failedLogDir) {
+        await mkdir(ctx.failedLogDir, { recursive: true });
+        await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(() => undefined);
+      }
+    }
+    await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((e: Error) =>
+      say(`cannot remove ${dir}: ${e.message}`),
+    );
+  }
+  return res;
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds stargz-store and installs it:
+#   <prefix>/lib/stargz-store/        compiled store + production node_modules
+#   <prefix>/bin/stargz-store         wrapper (the Go store's command line)
+#   <prefix>/bin/stargz-store-helper  containers/image additional-layer-store-auth-helper
+#   <unitdir>/stargz-store.service    systemd unit (paths rewritten for the prefix)
+#   <sysconfdir>/stargz-store/config.toml   documented defaults (an existing file is kept)
+#   <prefix>/share/stargz-store/      storage.conf / registries.conf snippets
+# Idempotent: running it again replaces the program and keeps the configuration. It never starts the
+# store; with systemd running it only reloads unit files (use --enable to enable and start it).
+set -euo pipefail
+
+usage() {
+  cat <<USAGE
+usage: scripts/install.sh [--prefix DIR] [--sysconfdir DIR] [--unitdir DIR] [--no-build] [--enable]
+  --prefix DIR      program location (default /usr/local)
+  --sysconfdir DIR  configuration root (default /etc for /usr and /usr/local, else <prefix>/etc)
+  --unitdir DIR     systemd unit directory (default <sysconfdir>/systemd/system)
+  --no-build        install the existing dist/ (npm run build is skipped)
+  --enable          with systemd running: systemctl enable --now stargz-store
+USAGE
+}
+
+PREFIX=/usr/local
+SYSCONFDIR=
+UNITDIR=
+BUILD=1
+ENABLE=0
+while (($#)); do
+  case $1 in
+    --prefix) PREFIX=${2:?--prefix needs a directory}; shift 2 ;;
+    --prefix=*) PREFIX=${1#*=}; shift ;;
+    --sysconfdir) SYSCONFDIR=${2:?--sysconfdir needs a directory}; shift 2 ;;
+    --sysconfdir=*) SYSCONFDIR=${1#*=}; shift ;;
+    --unitdir) UNITDIR=${2:?--unitdir needs a directory}; shift 2 ;;
+    --unitdir=*) UNITDIR=${1#*=}; shift ;;
+    --no-build) BUILD=0; shift ;;
+    --enable) ENABLE=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "install.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+abspath() { case $1 in /*) printf '%s\n' "${1%/}" ;; *) printf '%s/%s\n' "$PWD" "${1%/}" ;; esac; }
+PREFIX=$(abspath "$PREFIX")
+if [[ -z $SYSCONFDIR ]]; then
+  case $PREFIX in /usr | /usr/local) SYSCONFDIR=/etc ;; *) SYSCONFDIR=$PREFIX/etc ;; esac
+fi
+SYSCONFDIR=$(abspath "$SYSCONFDIR")
+UNITDIR=$(abspath "${UNITDIR:-$SYSCONFDIR/systemd/system}")
+
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LIBDIR=$PREFIX/lib/stargz-store
+BINDIR=$PREFIX/bin
+SHAREDIR=$PREFIX/share/stargz-store
+CONFDIR=$SYSCONFDIR/stargz-store
+
+NODE=$(command -v node || true)
+[[ -n $NODE ]] || { echo "install.sh: node (>= 20) not found in PATH" >&2; exit 1; }
+NODE=$(readlink -f "$NODE")
+node_major=$("$NODE" -p 'process.versions.node.split(".")[0]')
+((node_major >= 20)) || { echo "install.sh: node >= 20 required, found $("$NODE" --version)" >&2; exit 1; }
+[[ -d $SRC/node_modules ]] || { echo "install.sh: run 'npm ci' in $SRC first" >&2; exit 1; }
+
+cd "$SRC"
+if ((BUILD)); then
+  echo "install.sh: building" >&2
+  npm run --silent build
+fi
+for f in dist/src/cli/main.js dist/src/cli/helper-main.js bin/stargz-store.js bin/stargz-store-helper.js; do
+  [[ -f $f ]] || { echo "install.sh: missing $SRC/$f (build failed?)" >&2; exit 1; }
+done
+
+# Stage a complete copy next to the target, then swap it in, so a failed run leaves the old install.
+mkdir -p "$PREFIX/lib" "$BINDIR" "$SHAREDIR" "$CONFDIR" "$UNITDIR"
+STAGE=$(mktemp -d "$PREFIX/lib/.stargz-store.XXXXXX")
+trap 'rm -rf "$STAGE"' EXIT
+cp -a package.json package-lock.json bin "$STAGE/"
+mkdir -p "$STAGE/dist"
+cp -a dist/src "$STAGE/dist/"
+cp -a node_modules "$STAGE/"
+# Drop dev dependencies (typescript, vitest, ...): removes files only, no network.
+(cd "$STAGE" && npm prune --omit=dev --offline --no-audit --no-fund --silent >/dev/null && find node_modules -mindepth 1 -maxdepth 1 -type d -empty -delete)
+chmod 0755 "$STAGE"
+if [[ -e $LIBDIR ]]; then
+  OLD=$(mktemp -d "$PREFIX/lib/.stargz-store-old.XXXXXX")
+  mv "$LIBDIR" "$OLD/"
+  mv "$STAGE" "$LIBDIR"
+  rm -rf "$OLD"
+else
+  mv "$STAGE" "$LIBDIR"
+fi
+trap - EXIT
+
+write_wrapper() { # name entry
+  local tmp
+  tmp=$(mktemp "$BINDIR/.$1.XXXXXX")
+  printf '#!/bin/sh\n# Installed by stargz-store scripts/install.sh\nexec "%s" "%s/bin/%s" "$@"\n' "$NODE" "$LIBDIR" "$2" >"$tmp"
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$BINDIR/$1"
+}
+write_wrapper stargz-store stargz-store.js
+write_wrapper stargz-store-helper stargz-store-helper.js
+
+sed -e "s#/usr/local/bin/stargz-store#$BINDIR/stargz-store#g" \
+  -e "s#/etc/stargz-store/config.toml#$CONFDIR/config.toml#g" \
+  systemd/stargz-store.service >"$UNITDIR/.stargz-store.service.tmp"
+mv -f "$UNITDIR/.stargz-store.service.tmp" "$UNITDIR/stargz-store.service"
+chmod 0644 "$UNITDIR/stargz-store.service"
+
+if [[ ! -e $CONFDIR/config.toml ]]; then
+  install -m 0644 systemd/config.toml "$CONFDIR/config.toml"
+  echo "install.sh: wrote $CONFDIR/config.toml" >&2
+else
+  echo "install.sh: kept existing $CONFDIR/config.toml" >&2
+fi
+install -m 0644 systemd/storage.conf.snippet systemd/registries.conf.snippet systemd/config.toml "$SHAREDIR/"
+
+echo "install.sh: installed $BINDIR/stargz-store and $BINDIR/stargz-store-helper (node $("$NODE" --version))" >&2
+if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+  if [[ $UNITDIR == /etc/systemd/system || $UNITDIR == /usr/lib/systemd/system || $UNITDIR == /lib/systemd/system ]]; then
+    systemctl daemon-reload
+    if ((ENABLE)); then
+      systemctl enable --now stargz-store.service
+    else
+      echo "install.sh: start it with: systemctl enable --now stargz-store" >&2
+    fi
+  fi
+else
+  echo "install.sh: systemd is not running; nothing started. Run the store by hand:" >&2
+  echo "  $BINDIR/stargz-store --config=$CONFDIR/config.toml /var/lib/stargz-store/store" >&2
+fi
+cat >&2 <<NEXT
+install.sh: then point Podman/CRI-O at it:
+  /etc/containers/storage.conf    <- $SHAREDIR/storage.conf.snippet
+  /etc/containers/registries.conf <- $SHAREDIR/registries.conf.snippet (Podman >= 5.2, CRI-O)
+NEXT

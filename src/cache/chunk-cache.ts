@@ -1,0 +1,390 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, statfs, unlink, utimes, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { StoreError } from '../util/errors.js';
+import { silentLogger, type Logger } from '../util/logger.js';
+import { DiskIndex } from './disk-index.js';
+import { MemoryLru } from './memory-lru.js';
+import { CachePaths, digestHex } from './paths.js';
+import { cleanTemp, scanChunks } from './scan.js';
+import { sha256Hex } from './verify.js';
+
+export interface ChunkCacheOptions {
+  /** Store root; the cache lives in `<root>/cache`. */
+  root: string;
+  /** Disk bound in bytes (block-rounded sizes of chunk files). Default 20 GiB. */
+  maxBytes?: number;
+  /** Keep at least this much free space on the cache filesystem (statfs). Default 1 GiB. */
+  minFreeBytes?: number;
+  /** Bounds the in-memory index (about 150 bytes per entry). Default 1 000 000 chunks. */
+  maxEntries?: number;
+  /** In-memory LRU budget in bytes. Default 256 MiB. */
+  memoryBytes?: number;
+  /** Minimum interval between statfs calls. Default 1000 ms. */
+  statfsIntervalMs?: number;
+  logger?: Logger;
+}
+
+export interface ChunkCacheStats {
+  diskBytes: number;
+  diskEntries: number;
+  reservedBytes: number;
+  memoryBytes: number;
+  memoryEntries: number;
+  memoryHits: number;
+  diskHits: number;
+  misses: number;
+  writes: number;
+  writeSkips: number;
+  evictions: number;
+  corrupt: number;
+  pinnedEntries: number;
+  scanComplete: boolean;
+}
+
+const BLOCK = 4096;
+/** Disk footprint of a file of `size` bytes (ext4/xfs allocate whole blocks). */
+export function footprint(size: number): number {
+  return Math.max(BLOCK, Math.ceil(size / BLOCK) * BLOCK);
+}
+
+/**
+ * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
+ * the file holding exactly the chunk bytes. Identical chunks of different layers/images are stored
+ * once and survive restarts. Every disk read is re-hashed (off the main thread) against the file
+ * name, so a torn write after a crash, bit rot or tampering is detected, deleted and reported as
+ * a miss (the caller refetches); it is never served. Callers must only `put` verified bytes.
+ *
+ * Returned buffers are shared with the in-memory LRU: treat them as read-only.
+ */
+export class ChunkCache {
+  readonly paths: CachePaths;
+  private readonly maxBytes: number;
+  private readonly minFreeBytes: number;
+  private readonly maxEntries: number;
+  private readonly statfsIntervalMs: number;
+  private readonly logger: Logger;
+  private readonly memory: MemoryLru;
+  private readonly index = new DiskIndex();
+  /** Instance prefix for temp names, so a concurrent start-up scan never deletes our own. */
+  private readonly tmpPrefix = `${process.pid}-${randomBytes(4).toString('hex')}-`;
+  private tmpCounter = 0;
+  private readonly knownDirs = new Set<string>();
+  private readonly reads = new Map<string, Promise<Buffer | undefined>>();
+  private readonly writes = new Map<string, Promise<void>>();
+  private readonly unlinks = new Set<Promise<void>>();
+  private reserved = 0;
+  private freeEstimate = Number.POSITIVE_INFINITY;
+  private freeCheckedAt = 0;
+  private scanned = false;
+  private closed = false;
+  private scanPromise: Promise<void> = Promise.resolve();
+  private readonly counters = {
+    memoryHits: 0,
+    diskHits: 0,
+    misses: 0,
+    writes: 0,
+    writeSkips: 0,
+    evictions: 0,
+    corrupt: 0,
+  };
+
+  private constructor(opts: ChunkCacheOptions) {
+    this.paths = new CachePaths(opts.root);
+    this.maxBytes = opts.maxBytes ?? 20 * 1024 ** 3;
+    this.minFreeBytes = opts.minFreeBytes ?? 1024 ** 3;
+    this.maxEntries = opts.maxEntries ?? 1_000_000;
+    this.statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
+    this.logger = opts.logger ?? silentLogger;
+    this.memory = new MemoryLru(opts.memoryBytes ?? 256 * 1024 * 1024);
+    for (const [k, v] of Object.entries({
+      maxBytes: this.maxBytes,
+      minFreeBytes: this.minFreeBytes,
+      maxEntries: this.maxEntries,
+    })) {
+      if (!Number.isFinite(v) || v < 0)
+        throw new StoreError('E_CONFIG', `cache ${k} must be >= 0`, { [k]: v });
+    }
+  }
+
+  /** Creates the directories and starts the index scan in the background (not awaited). */
+  static async open(opts: ChunkCacheOptions): Promise<ChunkCache> {
+    const cache = new ChunkCache(opts);
+    await mkdir(cache.paths.chunks, { recursive: true, mode: 0o700 });
+    await mkdir(cache.paths.tmp, { recursive: true, mode: 0o700 });
+    cache.scanPromise = cache.scan().catch((err: unknown) => {
+      cache.logger.warn({ err }, 'chunk cache scan failed; index covers only chunks used since start');
+      cache.scanned = true;
+    });
+    return cache;
+  }
+
+  /** Resolves when the start-up scan has finished (tests, status). */
+  whenScanned(): Promise<void> {
+    return this.scanPromise;
+  }
+
+  /** Synchronous fast path: a verified chunk already in memory. */
+  getMemory(digest: string): Buffer | undefined {
+    const hex = digestHex(digest);
+    const buf = this.memory.get(hex);
+    if (buf !== undefined) {
+      this.counters.memoryHits++;
+      this.index.touch(hex);
+    }
+    return buf;
+  }
+
+  /** True when the chunk is believed present (memory or disk index); a later get may still miss. */
+  has(digest: string): boolean {
+    const hex = digestHex(digest);
+    return this.memory.has(hex) || this.index.has(hex);
+  }
+
+  /** The chunk's bytes, verified, or undefined (absent, evicted, or found corrupt and removed). */
+  async get(digest: string): Promise<Buffer | undefined> {
+    const hex = digestHex(digest);
+    const mem = this.memory.get(hex);
+    if (mem !== undefined) {
+      this.counters.memoryHits++;
+      this.index.touch(hex);
+      return mem;
+    }
+    // Before the scan completes the index is partial, so the file may exist unknown to it.
+    if (this.scanned && !this.index.has(hex)) {
+      this.counters.misses++;
+      return undefined;
+    }
+    let p = this.reads.get(hex);
+    if (p === undefined) {
+      p = this.readVerified(hex).finally(() => this.reads.delete(hex));
+      this.reads.set(hex, p);
+    }
+    return await p;
+  }
+
+  private async readVerified(hex: string): Promise<Buffer | undefined> {
+    const file = this.paths.chunkFile(hex);
+    let data: Buffer;
+    try {
+      data = await readFile(file);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        this.logger.warn({ err, file }, 'cannot read cached chunk');
+      }
+      this.index.remove(hex);
+      this.counters.misses++;
+      return undefined;
+    }
+    const actual = await sha256Hex(data);
+    if (actual !== hex) {
+      this.counters.corrupt++;
+      this.counters.misses++;
+      this.index.remove(hex);
+      this.logger.warn({ file, size: data.length, actual }, 'corrupt chunk in cache (torn write?); removed');
+      await unlink(file).catch(() => undefined);
+      return undefined;
+    }
+    if (this.index.has(hex)) this.index.touch(hex);
+    else this.index.add(hex, footprint(data.length));
+    this.memory.set(hex, data);
+    this.counters.diskHits++;
+    // mtime records recency for the LRU order rebuilt after a restart.
+    const now = new Date();
+    void utimes(file, now, now).catch(() => undefined);
+    return data;
+  }
+
+  /**
+   * Store a VERIFIED chunk. Memory immediately; disk atomically (temp + rename, mode 0600) within
+   * the bounds, evicting least recently used unpinned chunks first. If the chunk cannot fit (all
+   * pinned, too big, disk nearly full) it is simply not written to disk. Never throws for I/O.
+   */
+  async put(digest: string, data: Buffer): Promise<void> {
+    const hex = digestHex(digest);
+    this.memory.set(hex, ownedCopy(data));
+    if (this.closed) return;
+    if (this.index.has(hex)) {
+      this.index.touch(hex);
+      return;
+    }
+    const pending = this.writes.get(hex);
+    if (pending !== undefined) return await pending;
+    const p = this.write(hex, data).finally(() => this.writes.delete(hex));
+    this.writes.set(hex, p);
+    await p;
+  }
+
+  private async write(hex: string, data: Buffer): Promise<void> {
+    const bytes = footprint(data.length);
+    await this.refreshFree();
+    const victims = this.makeRoom(bytes, this.index.isPinned(hex));
+    if (victims === undefined) {
+      this.counters.writeSkips++;
+      return;
+    }
+    this.reserved += bytes;
+    this.freeEstimate -= bytes;
+    const tmp = join(this.paths.tmp, `${this.tmpPrefix}${this.tmpCounter++}`);
+    try {
+      for (const v of victims) this.unlinkChunk(v.hex);
+      // Disk usage must drop before it grows again: wait for every eviction decided so far.
+      await Promise.all([...this.unlinks]);
+      const dir = this.paths.chunkDir(hex);
+      if (!this.knownDirs.has(dir)) {
+        await mkdir(dir, { recursive: true, mode: 0o700 });
+        this.knownDirs.add(dir);
+      }
+      await writeFile(tmp, data, { mode: 0o600, flag: 'wx' });
+      await rename(tmp, this.paths.chunkFile(hex));
+      this.index.add(hex, bytes);
+      this.counters.writes++;
+      if (this.index.count > this.maxEntries) this.evictForEntries();
+    } catch (err) {
+      this.freeEstimate += bytes;
+      this.counters.writeSkips++;
+      this.logger.warn({ err, digest: `sha256:${hex}` }, 'cannot write chunk to cache');
+      await unlink(tmp).catch(() => undefined);
+    } finally {
+      this.reserved -= bytes;
+    }
+  }
+
+  /**
+   * Decide synchronously which entries to evict so that `bytes` more fit under maxBytes, the
+   * entry bound and the free-space margin. Returns undefined when it cannot fit; pinned chunks may
+   * exceed maxBytes (pinning is an explicit request) but never the free-space margin.
+   */
+  private makeRoom(bytes: number, pinned: boolean): Array<{ hex: string; bytes: number }> | undefined {
+    if (!pinned && bytes > this.maxBytes) return undefined;
+    const overBytes = (): boolean => this.index.bytes + this.reserved + bytes > this.maxBytes;
+    const overHard = (): boolean =>
+      this.index.count + 1 > this.maxEntries || this.freeEstimate - bytes < this.minFreeBytes;
+    const victims: Array<{ hex: string; bytes: number }> = [];
+    while (overBytes() || overHard()) {
+      const v = this.index.takeVictim();
+      if (v === undefined) break;
+      victims.push(v);
+      this.freeEstimate += v.bytes;
+    }
+    if (overHard() || (overBytes() && !pinned)) {
+      // Cannot fit: the victims are already out of the index, so still delete them (they were the
+      // least useful anyway) but do not write.
+      for (const v of victims) this.unlinkChunk(v.hex);
+      return undefined;
+    }
+    return victims;
+  }
+
+  private evictForEntries(): void {
+    while (this.index.count > this.maxEntries) {
+      const v = this.index.takeVictim();
+      if (v === undefined) return;
+      this.unlinkChunk(v.hex);
+    }
+  }
+
+  private unlinkChunk(hex: string): void {
+    this.counters.evictions++;
+    const p: Promise<void> = unlink(this.paths.chunkFile(hex))
+      .catch(() => undefined)
+      .finally(() => this.unlinks.delete(p));
+    this.unlinks.add(p);
+  }
+
+  private async refreshFree(): Promise<void> {
+    if (this.minFreeBytes === 0) return;
+    const now = Date.now();
+    if (now - this.freeCheckedAt < this.statfsIntervalMs) return;
+    this.freeCheckedAt = now;
+    try {
+      const st = await statfs(this.paths.base);
+      // Space still to be written by in-flight puts is not yet visible to statfs.
+      this.freeEstimate = st.bavail * st.bsize - this.reserved;
+    } catch (err) {
+      this.logger.warn({ err }, 'statfs on cache directory failed');
+    }
+  }
+
+  /** Pin the chunks of a layer: they are never evicted while any layer pins them. */
+  pin(layerKey: string, digests: Iterable<string>): void {
+    const hexes: string[] = [];
+    for (const d of digests) hexes.push(digestHex(d));
+    this.index.pin(layerKey, hexes);
+  }
+
+  unpin(layerKey: string): void {
+    this.index.unpin(layerKey);
+  }
+
+  isPinned(layerKey: string): boolean {
+    return this.index.isLayerPinned(layerKey);
+  }
+
+  stats(): ChunkCacheStats {
+    return {
+      diskBytes: this.index.bytes,
+      diskEntries: this.index.count,
+      reservedBytes: this.reserved,
+      memoryBytes: this.memory.size,
+      memoryEntries: this.memory.count,
+      ...this.counters,
+      pinnedEntries: this.index.pinnedCount,
+      scanComplete: this.scanned,
+    };
+  }
+
+  /** Drop the in-memory LRU (tests: force disk reads). */
+  dropMemory(): void {
+    this.memory.clear();
+  }
+
+  /** Wait for pending writes and evictions and stop the scan. The cache stays readable. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.writes.values()]);
+    await Promise.all([...this.unlinks]);
+    await this.scanPromise;
+  }
+
+  /** Wait for pending writes and evictions without closing. */
+  async flush(): Promise<void> {
+    await Promise.all([...this.writes.values()]);
+    await Promise.all([...this.unlinks]);
+  }
+
+  private async scan(): Promise<void> {
+    const started = Date.now();
+    const removedTmp = await cleanTemp(this.paths, this.tmpPrefix);
+    const found = await scanChunks(this.paths, this.logger, () => this.closed);
+    found.sort((a, b) => a.mtimeMs - b.mtimeMs);
+    this.index.mergeOlder(found.map((f) => ({ hex: f.hex, bytes: footprint(f.size) })));
+    this.scanned = true;
+    // Enforce the bounds on what an earlier run (maybe with larger bounds) left behind.
+    this.freeCheckedAt = 0;
+    await this.refreshFree();
+    while (
+      this.index.bytes + this.reserved > this.maxBytes ||
+      this.index.count > this.maxEntries ||
+      this.freeEstimate < this.minFreeBytes
+    ) {
+      const v = this.index.takeVictim();
+      if (v === undefined) break;
+      this.freeEstimate += v.bytes;
+      this.unlinkChunk(v.hex);
+    }
+    await Promise.all([...this.unlinks]);
+    this.logger.info(
+      { entries: this.index.count, bytes: this.index.bytes, removedTmp, ms: Date.now() - started },
+      'chunk cache index ready',
+    );
+  }
+}
+
+/** Keep only the chunk's own bytes alive, not a larger decompression buffer it may be a view of. */
+function ownedCopy(data: Buffer): Buffer {
+  if (data.buffer.byteLength > Buffer.poolSize && data.buffer.byteLength > data.length * 1.25) {
+    return Buffer.from(data);
+  }
+  return data;
+}

@@ -1,0 +1,41 @@
+import { join } from 'node:path';
+import { StoreError } from '../util/errors.js';
+
+/** Only this exact shape ever reaches the filesystem: a TOC-supplied digest must not become a path. */
+const DIGEST_RE = /^sha256:([0-9a-f]{64})$/;
+
+/** Hex part of a `sha256:<hex>` digest, or a typed error for anything else. */
+export function digestHex(digest: string): string {
+  const m = DIGEST_RE.exec(digest);
+  if (m === null) {
+    throw new StoreError('E_INVALID_ARGUMENT', 'chunk digest is not sha256:<64 lower-case hex>', {
+      digest: digest.slice(0, 80),
+    });
+  }
+  return m[1]!;
+}
+
+export function isValidDigest(digest: string): boolean {
+  return DIGEST_RE.test(digest);
+}
+
+/** Directory layout under `<root>/cache`. */
+export class CachePaths {
+  readonly base: string;
+  readonly chunks: string;
+  readonly tmp: string;
+
+  constructor(root: string) {
+    this.base = join(root, 'cache');
+    this.chunks = join(this.base, 'chunks', 'sha256');
+    this.tmp = join(this.base, 'tmp');
+  }
+
+  chunkDir(hex: string): string {
+    return join(this.chunks, hex.slice(0, 2));
+  }
+
+  chunkFile(hex: string): string {
+    return join(this.chunks, hex.slice(0, 2), hex);
+  }
+}

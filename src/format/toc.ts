@@ -1,0 +1,282 @@
+/**
+ * TOC JSON parsing (eStargz `stargz.index.json` and both zstd:chunked manifest styles) into
+ * typed, validated raw entries. Keys are matched case-insensitively like Go's encoding/json;
+ * unknown keys are ignored; `null` means "absent". Normalisation into the tree is toc-tree.ts.
+ */
+import { createHash } from 'node:crypto';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import { StoreError } from '../util/errors.js';
+
+/**
+ * Cooperative slicing for long loops on the main thread: `tick()` gives the event loop a turn
+ * once the current slice has run for `budgetMs`. Call it every few hundred iterations.
+ */
+export class Slicer {
+  private start = performance.now();
+  constructor(private readonly budgetMs = 8) {}
+  async tick(): Promise<void> {
+    if (performance.now() - this.start < this.budgetMs) return;
+    await yieldToLoop();
+    this.start = performance.now();
+  }
+}
+
+export const ENTRY_TYPES = ['dir', 'reg', 'symlink', 'hardlink', 'char', 'block', 'fifo', 'chunk'] as const;
+export type EntryType = (typeof ENTRY_TYPES)[number];
+
+export interface TocEntry {
+  /** Position in the TOC (for error messages). */
+  index: number;
+  name: string;
+  type: EntryType;
+  size: number;
+  modtime?: string;
+  linkName: string;
+  mode: number;
+  uid: number;
+  gid: number;
+  userName?: string;
+  groupName?: string;
+  /** Absent in JSON = 0 (Go omitempty). */
+  offset: number;
+  innerOffset: number;
+  /** containers/storage: end of the file's (or chunk's) compressed data. */
+  endOffset?: number;
+  devMajor: number;
+  devMinor: number;
+  /** xattr name -> standard base64 value, as stored. */
+  xattrs?: Record<string, string>;
+  digest?: string;
+  chunkOffset: number;
+  chunkSize: number;
+  chunkDigest?: string;
+  /** containers/storage: '' (data) or 'zeros'. */
+  chunkType?: string;
+}
+
+export interface ParsedToc {
+  version?: number;
+  entries: TocEntry[];
+  tarSplitDigest?: string;
+}
+
+type Kind = 'string' | 'int' | 'object';
+// A Map, not an object literal: keys such as `__proto__` must not hit the prototype.
+const FIELDS = new Map<string, [canonical: keyof TocEntry, kind: Kind]>();
+for (const [key, kind] of [
+  ['name', 'string'],
+  ['type', 'string'],
+  ['size', 'int'],
+  ['modtime', 'string'],
+  ['linkName', 'string'],
+  ['mode', 'int'],
+  ['uid', 'int'],
+  ['gid', 'int'],
+  ['userName', 'string'],
+  ['groupName', 'string'],
+  ['offset', 'int'],
+  ['innerOffset', 'int'],
+  ['endOffset', 'int'],
+  ['devMajor', 'int'],
+  ['devMinor', 'int'],
+  ['xattrs', 'object'],
+  ['digest', 'string'],
+  ['chunkOffset', 'int'],
+  ['chunkSize', 'int'],
+  ['chunkDigest', 'string'],
+  ['chunkType', 'string'],
+] as const) {
+  FIELDS.set(key.toLowerCase(), [key, kind]);
+}
+const TYPE_SET: ReadonlySet<string> = new Set(ENTRY_TYPES);
+const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
+const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function bad(index: number, message: string): StoreError {
+  return new StoreError('E_BAD_TOC', `TOC entry ${index}: ${message}`, { entry: index });
+}
+
+/** Largest value accepted for ids/device numbers (32-bit unsigned). */
+const U32_MAX = 0xffffffff;
+
+function parseEntry(raw: unknown, index: number): TocEntry {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw bad(index, 'not an object');
+  // One object shape for every entry (absent optionals stay undefined) and no temporaries:
+  // TOCs reach millions of entries, so allocation and hidden-class churn matter here.
+  const e: TocEntry = {
+    index,
+    name: '',
+    type: '' as EntryType,
+    size: 0,
+    modtime: undefined,
+    linkName: '',
+    mode: 0,
+    uid: 0,
+    gid: 0,
+    userName: undefined,
+    groupName: undefined,
+    offset: 0,
+    innerOffset: 0,
+    endOffset: undefined,
+    devMajor: 0,
+    devMinor: 0,
+    xattrs: undefined,
+    digest: undefined,
+    chunkOffset: 0,
+    chunkSize: 0,
+    chunkDigest: undefined,
+    chunkType: undefined,
+  };
+  let hasName = false;
+  // Object.keys keeps JSON order, so with case variants the last one wins, as in Go.
+  for (const key of Object.keys(raw)) {
+    const field = FIELDS.get(key.toLowerCase());
+    const value = (raw as Record<string, unknown>)[key];
+    if (field === undefined || value === null) continue;
+    const [canonical, kind] = field;
+    if (kind === 'string') {
+      if (typeof value !== 'string') throw bad(index, `${canonical} must be a string`);
+    } else if (kind === 'int') {
+      if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+        throw bad(index, `${canonical} must be a safe integer`);
+      }
+      if (value < 0) throw bad(index, `${canonical} must not be negative`);
+    } else if (typeof value !== 'object' || Array.isArray(value)) {
+      throw bad(index, `${canonical} must be an object`);
+    }
+    if (canonical === 'name') hasName = true;
+    (e as unknown as Record<string, unknown>)[canonical] = value;
+  }
+  if (!TYPE_SET.has(e.type)) throw bad(index, `unknown entry type ${JSON.stringify(e.type || null)}`);
+  if (!hasName && e.type !== 'chunk') throw bad(index, 'missing name');
+  if (e.uid > U32_MAX || e.gid > U32_MAX || e.devMajor > U32_MAX || e.devMinor > U32_MAX) {
+    throw bad(index, 'uid/gid/device number out of range');
+  }
+  // Go omitempty: empty strings and zero offsets mean "absent"
+  if (e.digest === '') e.digest = undefined;
+  if (e.chunkDigest === '') e.chunkDigest = undefined;
+  if (e.userName === '') e.userName = undefined;
+  if (e.groupName === '') e.groupName = undefined;
+  if (e.chunkType === '') e.chunkType = undefined;
+  if (e.endOffset === 0) e.endOffset = undefined;
+  if (e.digest !== undefined && !DIGEST_RE.test(e.digest)) throw bad(index, 'digest is not a sha256 digest');
+  if (e.chunkDigest !== undefined && !DIGEST_RE.test(e.chunkDigest)) {
+    throw bad(index, 'chunkDigest is not a sha256 digest');
+  }
+  if (e.chunkType !== undefined && e.chunkType !== 'zeros') {
+    throw bad(index, `unknown chunkType ${JSON.stringify(e.chunkType)}`);
+  }
+  if (e.xattrs !== undefined) {
+    for (const [k, v] of Object.entries(e.xattrs)) {
+      if (k === '' || k.includes('\0')) throw bad(index, 'invalid xattr name');
+      if (typeof v !== 'string' || !BASE64_RE.test(v)) throw bad(index, `xattr ${k} is not standard base64`);
+    }
+  }
+  return e;
+}
+
+/**
+ * A TOC whose JSON has been parsed at the top level: its digest, the top-level fields and
+ * access to each raw entry. Produced inline (small TOCs) or by a worker (toc-worker.ts), so
+ * the per-entry work below can run in slices on the main thread.
+ */
+export interface PreparedToc {
+  /** sha256 of the JSON bytes. */
+  jsonDigest: string;
+  version: unknown;
+  tarSplitDigest: unknown;
+  /** Raw `entries` value kind: an array, absent/null (= no entries), or something invalid. */
+  entriesKind: 'array' | 'absent' | 'invalid';
+  count: number;
+  /** Raw entry `i` (a fresh JSON value). */
+  entry(i: number): unknown;
+}
+
+/** Top-level keys, matched case-insensitively; the last occurrence wins (Go semantics). */
+export function topLevelFields(doc: object): { entries: unknown; version: unknown; tarSplitDigest: unknown } {
+  let entries: unknown = null;
+  let version: unknown;
+  let tarSplitDigest: unknown;
+  for (const key of Object.keys(doc)) {
+    const value = (doc as Record<string, unknown>)[key];
+    const k = key.toLowerCase();
+    if (k === 'entries') entries = value;
+    else if (k === 'version') version = value;
+    else if (k === 'tarsplitdigest') tarSplitDigest = value;
+  }
+  return { entries, version, tarSplitDigest };
+}
+
+/** JSON.parse + sha256 on the calling thread (fine for small TOCs). */
+export function prepareTocInline(json: Buffer): PreparedToc {
+  const jsonDigest = 'sha256:' + createHash('sha256').update(json).digest('hex');
+  let doc: unknown;
+  try {
+    doc = JSON.parse(json.toString('utf8'));
+  } catch (err) {
+    throw new StoreError('E_BAD_TOC', `TOC is not valid JSON: ${(err as Error).message}`);
+  }
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new StoreError('E_BAD_TOC', 'TOC is not a JSON object');
+  }
+  const { entries, version, tarSplitDigest } = topLevelFields(doc);
+  const list = Array.isArray(entries) ? (entries as unknown[]) : [];
+  return {
+    jsonDigest,
+    version,
+    tarSplitDigest,
+    entriesKind: Array.isArray(entries)
+      ? 'array'
+      : entries === null || entries === undefined
+        ? 'absent'
+        : 'invalid',
+    count: list.length,
+    entry: (i) => list[i],
+  };
+}
+
+/**
+ * Validate a prepared TOC into typed entries. Throws E_BAD_TOC (schema) or
+ * E_TOO_MANY_ENTRIES; gives the event loop a turn every few milliseconds.
+ */
+export async function parsePreparedToc(
+  prepared: PreparedToc,
+  opts: { maxEntries: number },
+): Promise<ParsedToc> {
+  const { version, tarSplitDigest } = prepared;
+  if (prepared.entriesKind === 'invalid') throw new StoreError('E_BAD_TOC', 'TOC entries is not an array');
+  if (prepared.count > opts.maxEntries) {
+    throw new StoreError(
+      'E_TOO_MANY_ENTRIES',
+      `TOC has ${prepared.count} entries (limit ${opts.maxEntries})`,
+      {
+        limit: opts.maxEntries,
+      },
+    );
+  }
+  if (
+    version !== undefined &&
+    version !== null &&
+    (typeof version !== 'number' || !Number.isSafeInteger(version))
+  ) {
+    throw new StoreError('E_BAD_TOC', 'TOC version is not an integer');
+  }
+  if (tarSplitDigest !== undefined && tarSplitDigest !== null && typeof tarSplitDigest !== 'string') {
+    throw new StoreError('E_BAD_TOC', 'TOC tarSplitDigest is not a string');
+  }
+  const parsed: TocEntry[] = new Array<TocEntry>(prepared.count);
+  const slicer = new Slicer();
+  for (let i = 0; i < prepared.count; i++) {
+    if ((i & 255) === 255) await slicer.tick();
+    parsed[i] = parseEntry(prepared.entry(i), i);
+  }
+  const out: ParsedToc = { entries: parsed };
+  if (typeof version === 'number') out.version = version;
+  if (typeof tarSplitDigest === 'string' && tarSplitDigest !== '') out.tarSplitDigest = tarSplitDigest;
+  return out;
+}
+
+/** Parse TOC JSON bytes on the calling thread. Throws E_BAD_TOC or E_TOO_MANY_ENTRIES. */
+export async function parseTocJson(json: Buffer, opts: { maxEntries: number }): Promise<ParsedToc> {
+  return await parsePreparedToc(prepareTocInline(json), opts);
+}

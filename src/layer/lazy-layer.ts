@@ -1,0 +1,390 @@
+import type { ChunkCache } from '../cache/chunk-cache.js';
+import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../format/model.js';
+import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
+import { silentLogger, type Logger } from '../util/logger.js';
+import { backgroundPass } from './background.js';
+import { ChunkLoader } from './chunk-loader.js';
+import { withDeadline } from './deadline.js';
+import { planLayer, planLayerAsync, planUnits, type LayerPlan } from './plan.js';
+import { FetchScheduler } from './scheduler.js';
+import { loadLayerState, saveLayerState } from './state-file.js';
+import type { BlobSource, LayerState, ReadOptions } from './types.js';
+
+export interface LazyLayerOptions {
+  index: LayerIndex;
+  source: BlobSource;
+  cache: ChunkCache;
+  /** Stable id for pins, logs and persisted state (e.g. the blob digest). */
+  layerKey: string;
+  /** The image config's rootfs.diff_ids entry; enables the whole-layer DiffID check. */
+  expectedDiffID?: string;
+  /** Share one scheduler across all layers of a store so on-demand reads preempt every layer. */
+  scheduler?: FetchScheduler;
+  /** Default per-read deadline. Default 30 000 ms. */
+  deadlineMs?: number;
+  /** Run the prefetch at start(). Default true. */
+  prefetch?: boolean;
+  /** Compressed prefix to prefetch when the layer has no landmark. Default 0. */
+  prefetchBytes?: number;
+  /** Compressed bytes per prefetch batch. Default 16 MiB. */
+  prefetchBatchBytes?: number;
+  /** Fetch the whole layer in the background after the prefetch. Default true. */
+  backgroundFetch?: boolean;
+  /** Compressed bytes per background request. Default 8 MiB. */
+  backgroundUnitBytes?: number;
+  /** Background units of this layer in flight at once. Default 2. */
+  backgroundWindow?: number;
+  /** Missing spans closer than this are fetched as one range. Default 4096. */
+  maxGap?: number;
+  /** Parallel single-range reads when the source has no readRanges. Default 8. */
+  rangeConcurrency?: number;
+  /** Directory for persisted layer state (DiffID verified); none: nothing persisted. */
+  stateDir?: string;
+  /** Delay before retrying a failed background pass (multiplied by the attempt). Default 30 s. */
+  retryDelayMs?: number;
+  /** Background passes before giving up. Default 3. */
+  maxBackgroundPasses?: number;
+  logger?: Logger;
+}
+
+let defaultScheduler: FetchScheduler | undefined;
+
+/**
+ * A lazily fetched layer: byte reads of its files served from verified chunks (memory, disk cache,
+ * or one coalesced fetch), prefetch at start, low-priority background fetch of everything, and a
+ * final check of the whole decompressed stream against the config's diff_id.
+ */
+export class LazyLayer {
+  readonly index: LayerIndex;
+  readonly layerKey: string;
+  private readonly opts: LazyLayerOptions;
+  private readonly cache: ChunkCache;
+  private readonly scheduler: FetchScheduler;
+  private readonly logger: Logger;
+  private readonly loader: ChunkLoader;
+  private readonly context: ErrorContext;
+  private readonly deadlineMs: number;
+  private readonly closing = new AbortController();
+  private planCache: LayerPlan | undefined;
+  private readonly verified = new Set<string>();
+  private verifiedBytes = 0;
+  private bytesFetched = 0;
+  private prefetchDone = false;
+  private backgroundDone = false;
+  private fullyVerified = false;
+  private badError: StoreError | undefined;
+  private lastError: string | undefined;
+  private started: Promise<void> | undefined;
+  private prefetchPromise: Promise<void> = Promise.resolve();
+  private backgroundPromise: Promise<void> = Promise.resolve();
+
+  constructor(opts: LazyLayerOptions) {
+    this.opts = opts;
+    this.index = opts.index;
+    this.layerKey = opts.layerKey;
+    this.cache = opts.cache;
+    this.scheduler = opts.scheduler ?? (defaultScheduler ??= new FetchScheduler());
+    this.logger = (opts.logger ?? silentLogger).child({ layer: opts.layerKey });
+    this.context = { layer: opts.layerKey };
+    this.deadlineMs = opts.deadlineMs ?? 30_000;
+    if (opts.source.size !== opts.index.blobSize) {
+      throw new StoreError('E_INVALID_ARGUMENT', 'blob source size differs from the layer index', {
+        ...this.context,
+        size: opts.source.size,
+        blobSize: opts.index.blobSize,
+      });
+    }
+    this.loader = new ChunkLoader({
+      source: opts.source,
+      cache: opts.cache,
+      compression: opts.index.compression,
+      blobSize: opts.index.blobSize,
+      maxGap: opts.maxGap ?? 4096,
+      rangeConcurrency: opts.rangeConcurrency ?? 8,
+      logger: this.logger,
+      context: this.context,
+      runFetch: (fn) => this.scheduler.foreground(fn),
+      onFetched: (n) => {
+        this.bytesFetched += n;
+      },
+      onVerified: (c) => this.markVerified(c),
+    });
+  }
+
+  private get plan(): LayerPlan {
+    return (this.planCache ??= planLayer(this.index));
+  }
+
+  /**
+   * Begin prefetch, then background fetch (as configured). Idempotent; returns at once — use
+   * whenPrefetched() / whenBackgroundDone() to wait.
+   */
+  start(): void {
+    if (this.started !== undefined) return;
+    this.started = (async () => {
+      this.planCache ??= await planLayerAsync(this.index);
+      if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {
+        const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
+        if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) this.fullyVerified = true;
+      }
+    })().catch((err: unknown) => this.recordError(err, 'layer start-up failed'));
+    this.prefetchPromise = this.started.then(() => this.runPrefetch());
+    this.backgroundPromise = this.prefetchPromise.then(() =>
+      this.opts.backgroundFetch === false ? undefined : this.runBackground(),
+    );
+  }
+
+  whenPrefetched(): Promise<void> {
+    return this.prefetchPromise;
+  }
+
+  whenBackgroundDone(): Promise<void> {
+    return this.backgroundPromise;
+  }
+
+  /**
+   * Bytes [offset, offset+length) of regular file `node` (clipped at its size), verified.
+   * Rejects with E_DEADLINE after the deadline (the fetch continues and fills the cache),
+   * E_ABORTED on the signal, E_LAYER_BAD once the layer failed its DiffID check, and
+   * E_DIGEST_MISMATCH / E_DECOMPRESS / registry errors for the chunks involved.
+   * The result may share memory with the cache: treat it as read-only.
+   */
+  async read(node: TreeNode, offset: number, length: number, opts: ReadOptions = {}): Promise<Buffer> {
+    if (this.badError !== undefined) throw this.badError;
+    if (node.type !== 'reg') {
+      throw new StoreError('E_INVALID_ARGUMENT', 'not a regular file', { ...this.context, path: node.path });
+    }
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
+      throw new StoreError('E_INVALID_ARGUMENT', 'invalid read range', {
+        ...this.context,
+        path: node.path,
+        offset,
+        length,
+      });
+    }
+    const end = Math.min(node.size, offset + length);
+    if (offset >= end) return Buffer.alloc(0);
+    const chunks = chunksForRange(node, offset, end - offset);
+    const mem = this.loader.tryMemory(chunks);
+    if (mem !== undefined) return assemble(node, chunks, mem, offset, end, this.context);
+    const ctx = { ...this.context, path: node.path, offset };
+    const work = this.loader.load(chunks).then((bufs) => {
+      if (this.badError !== undefined) throw this.badError;
+      return assemble(node, chunks, bufs, offset, end, ctx);
+    });
+    try {
+      return await withDeadline(work, opts.deadlineMs ?? this.deadlineMs, opts.signal, ctx);
+    } catch (err) {
+      const e = asStoreError(err, 'E_IO', ctx);
+      this.lastError = `${e.code}: ${e.message}`;
+      throw e;
+    }
+  }
+
+  state(): LayerState {
+    const total = this.plan.totalChunkBytes;
+    const s: LayerState = {
+      bytesFetched: this.bytesFetched,
+      totalBytes: this.index.blobSize,
+      percent: total === 0 ? 100 : Math.min(100, Math.floor((100 * this.verifiedBytes) / total)),
+      chunksVerified: this.verified.size,
+      chunksTotal: this.plan.chunks.length,
+      prefetchDone: this.prefetchDone,
+      backgroundDone: this.backgroundDone,
+      fullyVerified: this.fullyVerified,
+      bad: this.badError !== undefined,
+      pinned: this.cache.isPinned(this.layerKey),
+    };
+    if (this.lastError !== undefined) s.lastError = this.lastError;
+    return s;
+  }
+
+  /** Keep every chunk of this layer in the cache (never evicted) until unpin(). */
+  pin(): void {
+    this.cache.pin(
+      this.layerKey,
+      this.plan.chunks.map((c) => c.digest),
+    );
+  }
+
+  unpin(): void {
+    this.cache.unpin(this.layerKey);
+  }
+
+  /** Stop prefetch/background work. Reads already in flight finish; the cache is not closed. */
+  async close(): Promise<void> {
+    this.closing.abort(new StoreError('E_ABORTED', 'layer closed', this.context));
+    await this.prefetchPromise.catch(() => undefined);
+    await this.backgroundPromise.catch(() => undefined);
+  }
+
+  private markVerified(c: Chunk): void {
+    // zeros chunks need no data, so they are not part of chunksTotal either
+    if (c.zeros || this.verified.has(c.digest)) return;
+    this.verified.add(c.digest);
+    this.verifiedBytes += c.size;
+  }
+
+  private recordError(err: unknown, what: string): void {
+    const e = asStoreError(err, 'E_IO', this.context);
+    this.lastError = `${e.code}: ${e.message}`;
+    this.logger.warn({ err: e }, what);
+  }
+
+  private prefetchEnd(): number {
+    if (this.opts.prefetch === false) return 0;
+    const hint = this.index.prefetch;
+    if (hint.kind === 'none') return 0;
+    if (hint.kind === 'landmark') return hint.end;
+    return Math.min(this.index.blobSize, Math.max(0, this.opts.prefetchBytes ?? 0));
+  }
+
+  private async runPrefetch(): Promise<void> {
+    const end = this.prefetchEnd();
+    const batchBytes = this.opts.prefetchBatchBytes ?? 16 * 1024 * 1024;
+    const wanted = this.plan.chunks.filter((c) => c.compressedOffset < end);
+    const started = Date.now();
+    let batch: Chunk[] = [];
+    let batchStart = 0;
+    let failed = 0;
+    const flush = async (): Promise<void> => {
+      if (batch.length === 0) return;
+      const b = batch;
+      batch = [];
+      try {
+        await this.loader.load(b);
+      } catch (err) {
+        failed++;
+        this.recordError(err, 'prefetch batch failed');
+      }
+    };
+    for (const c of wanted) {
+      if (this.closing.signal.aborted) return;
+      if (batch.length > 0 && c.compressedEnd - batchStart > batchBytes) await flush();
+      if (batch.length === 0) batchStart = c.compressedOffset;
+      batch.push(c);
+    }
+    await flush();
+    this.prefetchDone = true;
+    if (wanted.length > 0) {
+      this.logger.debug({ chunks: wanted.length, end, failed, ms: Date.now() - started }, 'prefetch done');
+    }
+  }
+
+  private async runBackground(): Promise<void> {
+    const passes = this.opts.maxBackgroundPasses ?? 3;
+    const units = planUnits(this.plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 8 * 1024 * 1024);
+    for (let attempt = 1; attempt <= passes; attempt++) {
+      if (this.closing.signal.aborted) return;
+      const hash = this.opts.expectedDiffID !== undefined && !this.fullyVerified;
+      const started = Date.now();
+      try {
+        const r = await backgroundPass({
+          units,
+          loader: this.loader,
+          cache: this.cache,
+          scheduler: this.scheduler,
+          compression: this.index.compression,
+          hash,
+          window: Math.max(1, this.opts.backgroundWindow ?? 2),
+          cancel: this.closing.signal,
+          context: this.context,
+          onVerified: (c) => this.markVerified(c),
+          onChunkError: (err) => this.recordError(err, 'background chunk verification failed'),
+        });
+        if (r.chunkErrors > 0) {
+          throw new StoreError(
+            'E_DIGEST_MISMATCH',
+            `${r.chunkErrors} chunk(s) failed verification`,
+            this.context,
+          );
+        }
+        this.backgroundDone = true;
+        if (r.stream !== undefined) await this.checkDiffID(r.stream);
+        this.logger.info(
+          { ms: Date.now() - started, bytesFetched: this.bytesFetched, fullyVerified: this.fullyVerified },
+          'background fetch complete',
+        );
+        return;
+      } catch (err) {
+        if (this.closing.signal.aborted) return;
+        this.recordError(err, `background fetch pass ${attempt} failed`);
+        if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
+      }
+    }
+  }
+
+  private async checkDiffID(stream: { digest: string; size: number }): Promise<void> {
+    const expected = this.opts.expectedDiffID!;
+    if (stream.digest === expected) {
+      this.fullyVerified = true;
+      if (this.opts.stateDir !== undefined) {
+        await saveLayerState(this.opts.stateDir, {
+          layerKey: this.layerKey,
+          diffID: expected,
+          fullyVerified: true,
+          verifiedAt: new Date().toISOString(),
+        }).catch((err: unknown) => this.recordError(err, 'cannot persist layer state'));
+      }
+      return;
+    }
+    this.badError = new StoreError(
+      'E_LAYER_BAD',
+      `layer content does not match the image config diff_id: expected ${expected}, got ${stream.digest}`,
+      { ...this.context, expected, actual: stream.digest, uncompressedSize: stream.size },
+    );
+    this.lastError = `${this.badError.code}: ${this.badError.message}`;
+    this.logger.error({ err: this.badError }, 'layer marked bad');
+  }
+}
+
+/** Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). */
+function assemble(
+  node: TreeNode,
+  chunks: readonly Chunk[],
+  bufs: readonly Buffer[],
+  offset: number,
+  end: number,
+  context: ErrorContext,
+): Buffer {
+  const first = chunks[0];
+  if (
+    chunks.length === 1 &&
+    first !== undefined &&
+    first.fileOffset <= offset &&
+    first.fileOffset + first.size >= end
+  ) {
+    return bufs[0]!.subarray(offset - first.fileOffset, end - first.fileOffset);
+  }
+  const out = Buffer.allocUnsafe(end - offset);
+  let pos = offset;
+  for (let i = 0; i < chunks.length; i++) {
+    const c = chunks[i]!;
+    if (c.fileOffset > pos) break;
+    const from = pos - c.fileOffset;
+    const to = Math.min(end, c.fileOffset + c.size) - c.fileOffset;
+    bufs[i]!.copy(out, pos - offset, from, to);
+    pos += to - from;
+  }
+  if (pos !== end || first === undefined || first.fileOffset > offset) {
+    throw new StoreError('E_BAD_TOC', 'file chunks do not cover the requested range', {
+      ...context,
+      path: node.path,
+      offset,
+      end,
+    });
+  }
+  return out;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

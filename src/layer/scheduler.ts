@@ -1,0 +1,177 @@
+export interface SchedulerOptions {
+  /** Background tasks running at once, across all layers sharing this scheduler. Default 2. */
+  backgroundConcurrency?: number;
+  /** Background work waits this long after the last on-demand fetch ended. Default 250 ms. */
+  quietMs?: number;
+  /**
+   * Background CPU steps (chunk decodes) running at once. Default 1, which leaves the other codec
+   * worker free for on-demand reads.
+   */
+  backgroundCpuConcurrency?: number;
+}
+
+export interface SchedulerStats {
+  foregroundInFlight: number;
+  backgroundRunning: number;
+  backgroundWaiting: number;
+  preemptions: number;
+}
+
+/** Abort reason used when on-demand work takes the network back from a background task. */
+export class Preempted extends Error {
+  constructor() {
+    super('background fetch preempted by an on-demand read');
+    this.name = 'Preempted';
+  }
+}
+
+/**
+ * Two-level priority for network work. On-demand fetches (FUSE reads, prefetch) always run at
+ * once. Background tasks run only while no on-demand fetch is in flight and none ended within the
+ * quiet period, at most `backgroundConcurrency` at a time; an on-demand fetch that starts aborts
+ * the running background tasks' signals, and those tasks are re-run later. One scheduler should
+ * be shared by all layers of a store so priority holds across layers.
+ */
+export class FetchScheduler {
+  private readonly concurrency: number;
+  private readonly quietMs: number;
+  private foregroundCount = 0;
+  private lastForegroundEnd = 0;
+  private readonly running = new Set<AbortController>();
+  private waiters: Array<() => void> = [];
+  private timer: NodeJS.Timeout | undefined;
+  private preemptions = 0;
+  private readonly cpuConcurrency: number;
+  private cpuRunning = 0;
+
+  constructor(opts: SchedulerOptions = {}) {
+    this.concurrency = Math.max(1, opts.backgroundConcurrency ?? 2);
+    this.quietMs = Math.max(0, opts.quietMs ?? 250);
+    this.cpuConcurrency = Math.max(1, opts.backgroundCpuConcurrency ?? 1);
+  }
+
+  /**
+   * Run one CPU-heavy background step (a chunk decode): waits until no on-demand work is in
+   * flight and the quiet period passed, and a CPU slot is free.
+   */
+  async backgroundCpu<T>(fn: () => Promise<T>, cancel?: AbortSignal): Promise<T> {
+    const ready = (): boolean =>
+      this.foregroundCount === 0 && this.quietLeft() <= 0 && this.cpuRunning < this.cpuConcurrency;
+    while (!ready()) await this.waitUntil(ready, cancel);
+    this.cpuRunning++;
+    try {
+      return await fn();
+    } finally {
+      this.cpuRunning--;
+      this.wake();
+    }
+  }
+
+  async foreground<T>(fn: () => Promise<T>): Promise<T> {
+    this.foregroundCount++;
+    for (const ac of this.running) ac.abort(new Preempted());
+    try {
+      return await fn();
+    } finally {
+      this.foregroundCount--;
+      this.lastForegroundEnd = performance.now();
+      this.wake();
+    }
+  }
+
+  /**
+   * Run `fn` at background priority. `fn` must be safe to re-run: if its signal is aborted with
+   * Preempted and it rejects, it is queued again. `cancel` aborts waiting and running for good.
+   */
+  async background<T>(fn: (signal: AbortSignal) => Promise<T>, cancel?: AbortSignal): Promise<T> {
+    for (;;) {
+      const ac = new AbortController();
+      await this.acquire(ac, cancel);
+      const onCancel = (): void => ac.abort(cancel?.reason);
+      cancel?.addEventListener('abort', onCancel, { once: true });
+      try {
+        return await fn(ac.signal);
+      } catch (err) {
+        if (ac.signal.reason instanceof Preempted && !cancel?.aborted) {
+          this.preemptions++;
+          continue;
+        }
+        throw err;
+      } finally {
+        cancel?.removeEventListener('abort', onCancel);
+        this.running.delete(ac);
+        this.wake();
+      }
+    }
+  }
+
+  stats(): SchedulerStats {
+    return {
+      foregroundInFlight: this.foregroundCount,
+      backgroundRunning: this.running.size,
+      backgroundWaiting: this.waiters.length,
+      preemptions: this.preemptions,
+    };
+  }
+
+  private quietLeft(): number {
+    return this.lastForegroundEnd + this.quietMs - performance.now();
+  }
+
+  private canStart(): boolean {
+    return this.foregroundCount === 0 && this.running.size < this.concurrency && this.quietLeft() <= 0;
+  }
+
+  /** Wait for a slot and claim it synchronously (adds `ac` to running) so no other task races in. */
+  private async acquire(ac: AbortController, cancel?: AbortSignal): Promise<void> {
+    // The check and the claim must happen in the same tick: `await waitUntil()` would resume a
+    // microtask later, after other tasks saw the same free slot.
+    while (!this.canStart()) await this.waitUntil(() => this.canStart(), cancel);
+    if (cancel?.aborted) throw cancel.reason;
+    this.running.add(ac);
+  }
+
+  /**
+   * Resolves once no on-demand work is in flight and the quiet period has passed. Background
+   * tasks call it between CPU-heavy steps (each chunk decode, each piece hashed) so that work
+   * already fetched does not compete with on-demand reads for the CPU either.
+   */
+  async idle(cancel?: AbortSignal): Promise<void> {
+    await this.waitUntil(() => this.foregroundCount === 0 && this.quietLeft() <= 0, cancel);
+  }
+
+  private async waitUntil(ready: () => boolean, cancel?: AbortSignal): Promise<void> {
+    while (!ready()) {
+      if (cancel?.aborted) throw cancel.reason;
+      await new Promise<void>((resolve, reject) => {
+        const onCancel = (): void => reject(cancel?.reason);
+        cancel?.addEventListener('abort', onCancel, { once: true });
+        this.waiters.push(() => {
+          cancel?.removeEventListener('abort', onCancel);
+          resolve();
+        });
+        this.armTimer();
+      });
+    }
+    if (cancel?.aborted) throw cancel.reason;
+  }
+
+  /** Wake waiters when the quiet period ends (nothing else would). */
+  private armTimer(): void {
+    if (this.timer !== undefined || this.foregroundCount > 0) return;
+    const left = this.quietLeft();
+    if (left <= 0) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.wake();
+    }, left + 1);
+    this.timer.unref();
+  }
+
+  private wake(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const fn of w) fn();
+    if (this.waiters.length > 0) this.armTimer();
+  }
+}

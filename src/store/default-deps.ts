@@ -1,0 +1,46 @@
+import type { ChunkCache } from '../cache/chunk-cache.js';
+import { openLayer } from '../format/open-layer.js';
+import { LazyLayer, type LazyLayerOptions } from '../layer/lazy-layer.js';
+import type { CreateLayerFn, LazyLayerLike, OpenLayerFn } from './deps.js';
+
+/** The real format reader. */
+export const defaultOpenLayer: OpenLayerFn = (reader, opts) => openLayer(reader, opts);
+
+/** LazyLayer options the store lets its caller tune (prefetch, background fetch, deadlines ...). */
+export type LayerTuning = Omit<
+  LazyLayerOptions,
+  'index' | 'source' | 'cache' | 'layerKey' | 'expectedDiffID' | 'logger'
+>;
+
+/** LazyLayer over the shared chunk cache; the blob digest keys pins and persisted layer state. */
+export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): CreateLayerFn {
+  return (args) => {
+    const opts: LazyLayerOptions = {
+      ...tuning,
+      index: args.index,
+      source: args.blob,
+      cache,
+      layerKey: args.blobDigest,
+      logger: args.logger,
+    };
+    if (args.diffId !== undefined) opts.expectedDiffID = args.diffId;
+    const layer = new LazyLayer(opts);
+    const like: LazyLayerLike = {
+      read: (node, offset, length, o) =>
+        layer.read(node, offset, length, o.signal ? { signal: o.signal } : {}),
+      start: () => layer.start(),
+      state: () => {
+        const s = layer.state();
+        const out: ReturnType<LazyLayerLike['state']> = {
+          bytesFetched: s.bytesFetched,
+          percent: s.percent,
+          verified: s.fullyVerified,
+        };
+        if (s.lastError !== undefined) out.lastError = s.lastError;
+        return out;
+      },
+      close: () => layer.close(),
+    };
+    return like;
+  };
+}

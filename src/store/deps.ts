@@ -1,0 +1,71 @@
+/**
+ * The narrow views the store has of its collaborators (registry, format, layer engine). Keeping them
+ * here lets the store be tested with fakes and keeps the real modules swappable; `default-deps.ts`
+ * binds them to the real implementations.
+ */
+import type { LayerIndex, TreeNode } from '../format/model.js';
+import type { Descriptor } from '../registry/manifest.js';
+import type { RangeReader } from '../util/range-reader.js';
+import type { Logger } from '../util/logger.js';
+
+/** A layer found in an image: the manifest entry the requested digest names, with its DiffID. */
+export interface FoundLayer {
+  /** Digest of the platform manifest the layer is listed in. */
+  manifestDigest: string;
+  configDigest: string;
+  descriptor: Pick<Descriptor, 'digest' | 'size' | 'mediaType' | 'annotations'>;
+  /** 'blob': the name was the layer (blob) digest; 'toc': it was a TOC digest annotation. */
+  matchedBy: 'blob' | 'toc';
+  /** config.rootfs.diff_ids[i]; undefined when the config has no entry for this layer. */
+  diffId: string | undefined;
+  /** Raw manifest bytes (persisted by digest so a restart does not depend on the tag). */
+  manifestBytes?: Buffer;
+}
+
+/** What the store asks of the registry (src/registry RegistryClient, adapted in registry-adapter.ts). */
+export interface StoreRegistry {
+  /** Find `digest` (blob or TOC digest) in any platform manifest of `ref`; E_NOT_FOUND when absent. */
+  findLayer(ref: string, digest: string, signal: AbortSignal): Promise<FoundLayer>;
+  /** Random access to a blob of `ref`'s repository, by digest (never by tag). */
+  openBlob(ref: string, digest: string, size: number, signal: AbortSignal): Promise<RangeReader>;
+}
+
+export interface OpenLayerOptions {
+  expectedTocDigest?: string;
+  tocOffsetHint?: number;
+  signal?: AbortSignal;
+}
+
+/** Parse footer + TOC of a blob into the shared tree model (format/open-layer.ts). */
+export type OpenLayerFn = (reader: RangeReader, opts: OpenLayerOptions) => Promise<LayerIndex>;
+
+export interface LazyLayerState {
+  bytesFetched: number;
+  /** 0..100 of the blob held locally. */
+  percent: number;
+  /** True once the whole layer was fetched and checked (DiffID). */
+  verified: boolean;
+  lastError?: string;
+  /** Exact uncompressed tar size when known (after a full fetch). */
+  uncompressedSize?: number;
+}
+
+/** A lazily fetched layer (layer/): verified reads of file content. */
+export interface LazyLayerLike {
+  read(node: TreeNode, offset: number, length: number, opts: { signal?: AbortSignal }): Promise<Buffer>;
+  /** Start prefetch and background fetch. */
+  start?(): void;
+  state(): LazyLayerState;
+  close(): Promise<void> | void;
+}
+
+export interface CreateLayerArgs {
+  ref: string;
+  blobDigest: string;
+  diffId?: string;
+  index: LayerIndex;
+  blob: RangeReader;
+  logger: Logger;
+}
+
+export type CreateLayerFn = (args: CreateLayerArgs) => LazyLayerLike;

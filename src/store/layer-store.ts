@@ -1,0 +1,165 @@
+import { silentLogger, type Logger } from '../util/logger.js';
+import type { VirtualFs } from '../fs/vfs.js';
+import type { CreateLayerFn, OpenLayerFn, StoreRegistry } from './deps.js';
+import { InoAllocator } from './ino.js';
+import { MetaStore } from './meta-store.js';
+import { LayerResolver } from './resolver.js';
+import { StoreFs, type StoreDeadlines } from './store-fs.js';
+
+/** One line of `stargz-store status`. */
+export interface LayerStatus {
+  ref: string;
+  digest: string;
+  tocDigest?: string;
+  blobDigest?: string;
+  format?: string;
+  /** 'blob' = OLD client lookup by layer digest, 'toc' = NEW client lookup by TOC digest. */
+  matchedBy?: 'blob' | 'toc';
+  lazy: boolean;
+  /** Why not lazy (or 'resolving'). */
+  reason?: string;
+  bytesFetched: number;
+  percent: number;
+  verified: boolean;
+  lastError?: string;
+  refs: number;
+}
+
+export interface CoreStoreOptions {
+  root: string;
+  registry: StoreRegistry;
+  openLayer: OpenLayerFn;
+  createLayer: CreateLayerFn;
+  logger?: Logger;
+  /** Receives helper-channel credentials (the registry client's memory provider). */
+  credentials?: { addCredentials(map: unknown): number };
+  deadlines?: Partial<StoreDeadlines>;
+  negativeTtlMs?: number;
+  resolveTimeoutMs?: number;
+  /** Start prefetch + background fetch when a layer resolves (default true). */
+  startLayers?: boolean;
+}
+
+export const DEFAULT_DEADLINES: StoreDeadlines = { lookupMs: 25_000, readMs: 25_000, syntheticMs: 2_000 };
+
+/**
+ * The Additional Layer Store without the mount: resolution, use/release counting, status. `vfs` is
+ * what the FUSE adapter serves.
+ */
+export class LayerStore {
+  readonly vfs: VirtualFs;
+  private readonly resolver: LayerResolver;
+  private readonly refcounts = new Map<string, { ref: string; digest: string; n: number }>();
+  private readonly log: Logger;
+
+  constructor(private readonly o: CoreStoreOptions) {
+    this.log = o.logger ?? silentLogger;
+    const deadlines = { ...DEFAULT_DEADLINES, ...o.deadlines };
+    const ino = new InoAllocator();
+    this.resolver = new LayerResolver({
+      registry: o.registry,
+      openLayer: o.openLayer,
+      createLayer: o.createLayer,
+      meta: new MetaStore(o.root),
+      ino,
+      logger: this.log,
+      negativeTtlMs: o.negativeTtlMs ?? 60_000,
+      resolveTimeoutMs: o.resolveTimeoutMs ?? Math.max(60_000, deadlines.lookupMs * 2),
+      startLayers: o.startLayers ?? true,
+    });
+    this.vfs = new StoreFs(
+      this.resolver,
+      { use: (r, d) => this.use(r, d), release: (r, d) => this.release(r, d) },
+      ino,
+      deadlines,
+      this.log,
+    );
+  }
+
+  private use(ref: string, digest: string): void {
+    const key = `${ref}\n${digest}`;
+    const c = this.refcounts.get(key) ?? { ref, digest, n: 0 };
+    c.n++;
+    this.refcounts.set(key, c);
+    this.log.info({ ref, digest, refs: c.n }, 'layer marked as in use');
+  }
+
+  private release(ref: string, digest: string): void {
+    const c = this.refcounts.get(`${ref}\n${digest}`);
+    // counts are hints (restarts and `podman system reset` lose them); never below zero
+    if (c && c.n > 0) c.n--;
+    this.log.info({ ref, digest, refs: c?.n ?? 0, tracked: !!c }, 'layer released');
+    // Nothing is dropped at zero: the layer stays resolvable for later lookups and c/storage paths.
+  }
+
+  /** Reference count of one (ref, digest), as signalled by use/rmdir. */
+  refs(ref: string, digest: string): number {
+    return this.refcounts.get(`${ref}\n${digest}`)?.n ?? 0;
+  }
+
+  status(): LayerStatus[] {
+    const out: LayerStatus[] = [];
+    const seen = new Set<string>();
+    for (const e of this.resolver.allEntries()) {
+      const key = `${e.ref}\n${e.digest}`;
+      seen.add(key);
+      const refs = this.refcounts.get(key)?.n ?? 0;
+      const r = e.resolved;
+      if (r) {
+        const st = r.handle.layer.state();
+        const s: LayerStatus = {
+          ref: e.ref,
+          digest: e.digest,
+          tocDigest: r.record.tocDigest,
+          blobDigest: r.record.blobDigest,
+          format: r.handle.index.format,
+          matchedBy: r.record.matchedBy,
+          lazy: true,
+          bytesFetched: st.bytesFetched,
+          percent: st.percent,
+          verified: st.verified,
+          refs,
+        };
+        if (st.lastError) s.lastError = st.lastError;
+        out.push(s);
+      } else {
+        const s: LayerStatus = {
+          ref: e.ref,
+          digest: e.digest,
+          lazy: false,
+          reason: e.failure ? e.failure.error.reason : e.inflight ? 'resolving' : 'not resolved',
+          bytesFetched: 0,
+          percent: 0,
+          verified: false,
+          refs,
+        };
+        if (e.lastError) s.lastError = e.lastError;
+        out.push(s);
+      }
+    }
+    for (const [key, c] of this.refcounts) {
+      if (seen.has(key)) continue;
+      out.push({
+        ref: c.ref,
+        digest: c.digest,
+        lazy: false,
+        reason: 'not resolved',
+        bytesFetched: 0,
+        percent: 0,
+        verified: false,
+        refs: c.n,
+      });
+    }
+    return out;
+  }
+
+  /** Credentials from the helper channel, passed to the registry client. */
+  addCredentials(map: unknown): number {
+    if (!this.o.credentials) return 0;
+    return this.o.credentials.addCredentials(map);
+  }
+
+  async close(): Promise<void> {
+    await this.resolver.close();
+  }
+}

@@ -1,0 +1,23 @@
+import { parseReference, type RegistryClient } from '../registry/index.js';
+import type { StoreRegistry } from './deps.js';
+
+/** Present the registry client through the store's narrow StoreRegistry view. */
+export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
+  return {
+    async findLayer(ref, digest, signal) {
+      const f = await client.findLayer(parseReference(ref), digest, { signal });
+      return {
+        manifestDigest: f.image.manifestDigest,
+        configDigest: f.image.configDigest,
+        descriptor: f.descriptor,
+        matchedBy: f.matchedBy === 'digest' ? 'blob' : 'toc',
+        // a config whose diff_ids do not line up with the layers cannot name this layer's DiffID
+        diffId: f.image.diffIDs.length === f.image.layers.length ? f.image.diffIDs[f.layerIndex] : undefined,
+        manifestBytes: f.image.manifestBytes,
+      };
+    },
+    async openBlob(ref, digest, size, signal) {
+      return await client.openBlob(parseReference(ref), digest, { size, signal });
+    },
+  };
+}

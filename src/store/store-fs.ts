@@ -1,0 +1,296 @@
+import { constants as fsc } from 'node:fs';
+import { FsError } from '../fs/errno.js';
+import {
+  S_IFDIR,
+  S_IFREG,
+  type Attr,
+  type DirEntry,
+  type FsOp,
+  type OpenFile,
+  type StatFs,
+  type VirtualFs,
+} from '../fs/vfs.js';
+import { StoreError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import { parseAlsPath, type AlsLocation } from './als-path.js';
+import type { ViewNode } from './diff-view.js';
+import type { InoAllocator } from './ino.js';
+import { NotLazyError, type LayerResolver, type ResolvedLayer } from './resolver.js';
+
+export interface StoreDeadlines {
+  /** Budget for a lookup that has to resolve a layer (diff/info/blob, paths inside diff). */
+  lookupMs: number;
+  /** Budget for one read of layer content. */
+  readMs: number;
+  /** Budget for nodes that need no I/O (root, ref and layer directories, use/rmdir). */
+  syntheticMs: number;
+}
+
+export interface RefCounter {
+  use(ref: string, digest: string): void;
+  release(ref: string, digest: string): void;
+}
+
+const O_ACCMODE = 3;
+const ROOT_ATTR: Attr = {
+  mode: S_IFDIR | 0o755,
+  ino: 1,
+  uid: 0,
+  gid: 0,
+  size: 0,
+  nlink: 2,
+  rdev: 0,
+  mtime: 0,
+};
+const notFound = (path: string, why = 'no such entry') => new StoreError('E_NOT_FOUND', why, { path });
+
+/**
+ * The ALS tree as a VirtualFs: `<base64(ref)>/<digest>/{diff/,info,blob}` plus the write-only `use`
+ * notification and rmdir release. Directories above `diff` are synthesised without I/O.
+ */
+export class StoreFs implements VirtualFs {
+  private readonly synthIno = new Map<string, number>();
+
+  constructor(
+    private readonly resolver: LayerResolver,
+    private readonly refs: RefCounter,
+    private readonly ino: InoAllocator,
+    private readonly deadlines: StoreDeadlines,
+    private readonly log: Logger,
+  ) {}
+
+  private syntheticDir(key: string): Attr {
+    let ino = this.synthIno.get(key);
+    if (ino === undefined) {
+      ino = this.ino.one();
+      this.synthIno.set(key, ino);
+    }
+    return { mode: S_IFDIR | 0o500, ino, uid: 0, gid: 0, size: 0, nlink: 2, rdev: 0, mtime: 0 };
+  }
+
+  /**
+   * diff/info/blob LOOKUP: resolve within the lookup budget. Anything short of a servable layer is
+   * ENOENT, which makes containers/storage fall back to a normal pull (als-client.md §2.4).
+   */
+  private async resolveForLookup(ref: string, digest: string): Promise<ResolvedLayer> {
+    const hit = this.resolver.peek(ref, digest);
+    if (hit) return hit;
+    try {
+      return await this.resolver.resolve(ref, digest, this.deadlines.lookupMs);
+    } catch (err) {
+      if (err instanceof NotLazyError) throw err;
+      throw new StoreError('E_NOT_FOUND', `layer not available in time: ${(err as Error).message}`, {
+        ref,
+        digest,
+      });
+    }
+  }
+
+  /**
+   * Content inside `diff` of a layer a client already uses: failing to resolve is EIO, never ENOENT
+   * (an ENOENT here would let overlayfs show the lower layers' files instead).
+   */
+  private async resolveForContent(ref: string, digest: string): Promise<ResolvedLayer> {
+    const hit = this.resolver.peek(ref, digest);
+    if (hit) return hit;
+    try {
+      return await this.resolver.resolve(ref, digest, this.deadlines.lookupMs);
+    } catch (err) {
+      throw new StoreError('E_LAYER_BAD', `layer cannot be served: ${(err as Error).message}`, {
+        ref,
+        digest,
+      });
+    }
+  }
+
+  private async diffNode(
+    loc: Extract<AlsLocation, { kind: 'diff' }>,
+  ): Promise<{ r: ResolvedLayer; v: ViewNode }> {
+    const r =
+      loc.sub === ''
+        ? await this.resolveForLookup(loc.ref, loc.digest)
+        : await this.resolveForContent(loc.ref, loc.digest);
+    return { r, v: r.handle.view.lookup(loc.sub) };
+  }
+
+  async getattr(path: string): Promise<Attr> {
+    const loc = parseAlsPath(path);
+    switch (loc.kind) {
+      case 'root':
+        return ROOT_ATTR;
+      case 'ref':
+        return this.syntheticDir(loc.ref);
+      case 'layer':
+        return this.syntheticDir(`${loc.ref}\n${loc.digest}`);
+      case 'info': {
+        const r = await this.resolveForLookup(loc.ref, loc.digest);
+        return fileAttr(r.infoIno, r.info.length);
+      }
+      case 'blob': {
+        const r = await this.resolveForLookup(loc.ref, loc.digest);
+        return fileAttr(r.blobIno, r.record.blobSize);
+      }
+      case 'diff': {
+        const { r, v } = await this.diffNode(loc);
+        return r.handle.view.attr(v);
+      }
+      case 'use':
+        // must be absent: a positive entry would turn the client's O_CREAT into an open
+        throw notFound(path, 'use is a write-only notification');
+      case 'absent':
+        throw notFound(path);
+    }
+  }
+
+  async readdir(path: string): Promise<DirEntry[]> {
+    const loc = parseAlsPath(path);
+    switch (loc.kind) {
+      case 'root':
+      case 'ref':
+        // never enumerated by clients; names are resolved on lookup only
+        return [];
+      case 'layer': {
+        const r = this.resolver.peek(loc.ref, loc.digest);
+        if (!r) return [];
+        return [
+          { name: 'blob', attr: fileAttr(r.blobIno, r.record.blobSize) },
+          { name: 'diff', attr: r.handle.view.attr(r.handle.view.lookup('')) },
+          { name: 'info', attr: fileAttr(r.infoIno, r.info.length) },
+        ];
+      }
+      case 'diff': {
+        const { r, v } = await this.diffNode(loc);
+        return r.handle.view.readdir(v);
+      }
+      case 'info':
+      case 'blob':
+        throw new FsError('ENOTDIR', 'not a directory', { path });
+      default:
+        throw notFound(path);
+    }
+  }
+
+  async readlink(path: string): Promise<string> {
+    const loc = parseAlsPath(path);
+    if (loc.kind !== 'diff') throw new FsError('EINVAL', 'not a symlink', { path });
+    const { v } = await this.diffNode(loc);
+    if (v.whiteout || v.node.type !== 'symlink') throw new FsError('EINVAL', 'not a symlink', { path });
+    return v.node.linkName;
+  }
+
+  async open(path: string, flags: number): Promise<OpenFile> {
+    if ((flags & O_ACCMODE) !== fsc.O_RDONLY || (flags & fsc.O_TRUNC) !== 0) {
+      throw new FsError('EROFS', 'read-only file system', { path });
+    }
+    const loc = parseAlsPath(path);
+    switch (loc.kind) {
+      case 'info': {
+        const r = await this.resolveForLookup(loc.ref, loc.digest);
+        const data = r.info;
+        return {
+          read: async (offset, length) =>
+            data.subarray(Math.min(offset, data.length), Math.min(data.length, offset + length)),
+        };
+      }
+      case 'blob': {
+        const r = await this.resolveForContent(loc.ref, loc.digest);
+        const blob = r.handle.blob;
+        return {
+          read: async (offset, length, signal) => {
+            const end = Math.min(blob.size, offset + length);
+            if (offset >= end) return Buffer.alloc(0);
+            return await blob.read(offset, end - offset, signal);
+          },
+        };
+      }
+      case 'diff': {
+        const { r, v } = await this.diffNode(loc);
+        if (v.whiteout || v.node.type !== 'reg') {
+          throw new FsError(
+            v.node.type === 'dir' && !v.whiteout ? 'EISDIR' : 'EINVAL',
+            'not a regular file',
+            { path },
+          );
+        }
+        const node = v.node;
+        const layer = r.handle.layer;
+        return {
+          read: async (offset, length, signal) => {
+            const end = Math.min(node.size, offset + length);
+            if (offset >= end) return Buffer.alloc(0);
+            return await layer.read(node, offset, end - offset, { signal });
+          },
+        };
+      }
+      case 'root':
+      case 'ref':
+      case 'layer':
+        throw new FsError('EISDIR', 'is a directory', { path });
+      default:
+        throw notFound(path);
+    }
+  }
+
+  async getxattr(path: string, name: string): Promise<Buffer | undefined> {
+    const loc = parseAlsPath(path);
+    if (loc.kind !== 'diff') return undefined;
+    const { r, v } = await this.diffNode(loc);
+    return r.handle.view.getxattr(v, name);
+  }
+
+  async listxattr(path: string): Promise<string[]> {
+    const loc = parseAlsPath(path);
+    if (loc.kind !== 'diff') return [];
+    const { r, v } = await this.diffNode(loc);
+    return r.handle.view.listxattr(v);
+  }
+
+  async create(path: string): Promise<OpenFile> {
+    const loc = parseAlsPath(path);
+    if (loc.kind === 'use') {
+      this.refs.use(loc.ref, loc.digest);
+      // ENOENT is the "notification received" answer containers/storage expects
+      throw notFound(path, 'use notification recorded');
+    }
+    if (loc.kind === 'absent') throw notFound(path);
+    throw new FsError('EROFS', 'read-only file system', { path });
+  }
+
+  async rmdir(path: string): Promise<void> {
+    const loc = parseAlsPath(path);
+    if (loc.kind === 'layer') {
+      this.refs.release(loc.ref, loc.digest);
+      // ENOENT = released (also for layers we never saw: anything else makes the client warn)
+      throw notFound(path, 'release recorded');
+    }
+    throw new FsError('EROFS', 'read-only file system', { path });
+  }
+
+  async statfs(): Promise<StatFs> {
+    return {
+      bsize: 4096,
+      frsize: 4096,
+      blocks: 0,
+      bfree: 0,
+      bavail: 0,
+      files: 0,
+      ffree: 0,
+      favail: 0,
+      namemax: 255,
+    };
+  }
+
+  deadlineMs(op: FsOp, path: string): number {
+    // Depth 0-2 (root, ref dir, layer dir) needs no I/O; use/rmdir only count. A margin over the
+    // store's own lookup budget lets the store answer ENOENT itself before the adapter's EIO.
+    let depth = 0;
+    for (let i = 1; i < path.length && depth < 3; i++) if (path.charCodeAt(i) === 47) depth++;
+    if (depth < 2 || op === 'rmdir' || op === 'create') return this.deadlines.syntheticMs;
+    if (op === 'read') return this.deadlines.readMs;
+    return this.deadlines.lookupMs + 2000;
+  }
+}
+
+function fileAttr(ino: number, size: number): Attr {
+  return { mode: S_IFREG | 0o400, ino, uid: 0, gid: 0, size, nlink: 1, rdev: 0, mtime: 0 };
+}

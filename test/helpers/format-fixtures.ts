@@ -1,0 +1,53 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { BufferRangeReader } from '../../src/util/range-reader.js';
+
+export const SHARED = '/work/shared';
+export const VECTOR_A = join(SHARED, 'vectors/vector-a-estargz-gzip9-chunk4-prio.blob');
+export const VECTOR_B = join(SHARED, 'vectors/vector-b-zstdchunked-chunk4.blob');
+export const SAMPLES_TINY = join(SHARED, 'samples/tiny');
+
+export function sha256(data: Uint8Array | string): string {
+  return 'sha256:' + createHash('sha256').update(data).digest('hex');
+}
+
+export async function loadBlob(path: string): Promise<{ buf: Buffer; reader: BufferRangeReader }> {
+  const buf = await readFile(path);
+  return { buf, reader: new BufferRangeReader(buf) };
+}
+
+/** A reader that counts requests (to check how many ranges openLayer reads). */
+export class CountingReader extends BufferRangeReader {
+  readonly requests: Array<[offset: number, length: number]> = [];
+  override async read(offset: number, length: number): Promise<Buffer> {
+    this.requests.push([offset, length]);
+    return await super.read(offset, length);
+  }
+}
+
+/**
+ * Run a system tool; a missing tool or non-zero exit FAILS (tests never silently skip).
+ * Returns stdout as a Buffer.
+ */
+export async function run(
+  cmd: string,
+  args: string[],
+  opts: { stdin?: Buffer; cwd?: string } = {},
+): Promise<Buffer> {
+  return await new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd: opts.cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    child.on('error', (e) => reject(new Error(`cannot run ${cmd} (is it installed?): ${e.message}`)));
+    child.on('close', (code) => {
+      if (code === 0) resolve(Buffer.concat(out));
+      else reject(new Error(`${cmd} ${args.join(' ')} exited ${code}: ${Buffer.concat(err).toString()}`));
+    });
+    child.stdin.on('error', () => {}); // the tool may exit before reading everything
+    child.stdin.end(opts.stdin ?? Buffer.alloc(0));
+  });
+}

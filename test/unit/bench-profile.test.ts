@@ -1,0 +1,127 @@
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseMountinfo } from '../../bench/lib/mounts.js';
+import {
+  canonicalizeProfile,
+  parseStraceOpens,
+  prioritizeForLayers,
+  resolveInRoot,
+} from '../../bench/lib/profile.js';
+import { parseProcSample } from '../../bench/lib/store-process.js';
+
+// Shape of `strace -f -qq -e trace=open,openat,execve,chroot -e status=successful` output (pid prefix).
+const STRACE = `4100  execve("/usr/bin/env", ["env", "-i"], 0x7ffd /* 20 vars */) = 0
+4100  openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3
+4100  execve("/usr/bin/unshare", ["unshare", "--root=/tmp/r"], 0x5 /* 1 var */) = 0
+4100  openat(AT_FDCWD, "/lib/x86_64-linux-gnu/libc.so.6", O_RDONLY|O_CLOEXEC) = 3
+4100  chroot("/tmp/r")                  = 0
+4100  execve("/usr/bin/python3", ["python3", "run.py"], 0x55 /* 2 vars */) = 0
+4100  openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3
+4100  openat(AT_FDCWD, "run.py", O_RDONLY|O_CLOEXEC) = 3
+4101  open("/etc/passwd", O_RDONLY) = 4
+4101  openat(3, "relative-to-dirfd", O_RDONLY) = 5
+4101  openat(3, "/abs/with/dirfd", O_RDONLY) = 5
+4101  openat(AT_FDCWD, "/data/caf\\303\\251 \\"q\\".txt", O_RDONLY) = 6
+4101  openat(AT_FDCWD, "/missing", O_RDONLY) = -1 ENOENT (No such file or directory)
+4100  openat(AT_FDCWD, "/etc/passwd", O_RDONLY) = 7
+4100  +++ exited with 0 +++`;
+
+describe('strace parsing', () => {
+  it('keeps successful opens and execs after the chroot, in first-open order, resolved against cwd', () => {
+    const got = parseStraceOpens(STRACE, '/app');
+    expect(got).toEqual([
+      '/usr/bin/python3',
+      '/etc/ld.so.cache',
+      '/app/run.py',
+      '/etc/passwd',
+      '/abs/with/dirfd',
+      '/data/café "q".txt',
+    ]);
+  });
+
+  it('records nothing when no chroot happened', () => {
+    expect(parseStraceOpens('1 openat(AT_FDCWD, "/x", O_RDONLY) = 3')).toEqual([]);
+  });
+});
+
+describe('paths inside an image root', () => {
+  let root: string;
+  beforeAll(async () => {
+    root = await mkdtemp(join(tmpdir(), 'sgz-bench-root-'));
+    // usrmerge-like layout: /lib -> usr/lib, /bin -> usr/bin, and a chain of symlinks
+    await mkdir(join(root, 'usr/lib/x86_64-linux-gnu'), { recursive: true });
+    await mkdir(join(root, 'usr/bin'), { recursive: true });
+    await mkdir(join(root, 'app'), { recursive: true });
+    await symlink('usr/lib', join(root, 'lib'));
+    await symlink('usr/bin', join(root, 'bin'));
+    await writeFile(join(root, 'usr/lib/x86_64-linux-gnu/libc.so.6.1'), 'libc');
+    await symlink('libc.so.6.1', join(root, 'usr/lib/x86_64-linux-gnu/libc.so.6'));
+    await writeFile(join(root, 'usr/bin/python3.11'), 'py');
+    await symlink('python3.11', join(root, 'usr/bin/python3'));
+    // absolute link: must resolve inside the root, not on the host
+    await symlink('/usr/bin/python3', join(root, 'app/py'));
+    await symlink('../../../../../../etc/hostname-nope', join(root, 'app/escape'));
+    await writeFile(join(root, 'app/run.py'), 'x');
+  });
+  afterAll(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('resolves symlinks relative to the image root, recording the links on the way', async () => {
+    expect(await resolveInRoot(root, '/lib/x86_64-linux-gnu/libc.so.6')).toEqual({
+      links: ['/lib', '/usr/lib/x86_64-linux-gnu/libc.so.6'],
+      target: '/usr/lib/x86_64-linux-gnu/libc.so.6.1',
+    });
+    expect(await resolveInRoot(root, '/app/py')).toEqual({
+      links: ['/app/py', '/usr/bin/python3'],
+      target: '/usr/bin/python3.11',
+    });
+    // ".." cannot climb above the root
+    expect(await resolveInRoot(root, '/app/escape')).toBeUndefined();
+    expect(await resolveInRoot(root, '/nope')).toBeUndefined();
+  });
+
+  it('canonicalises a profile to regular files plus their links, without duplicates or /proc', async () => {
+    const got = await canonicalizeProfile(root, [
+      '/bin/python3',
+      '/proc/self/maps',
+      '/usr/bin/python3.11',
+      '/app',
+      '/app/run.py',
+      '/missing',
+    ]);
+    expect(got).toEqual(['/bin', '/usr/bin/python3', '/usr/bin/python3.11', '/app/run.py']);
+  });
+});
+
+describe('prioritize per layer', () => {
+  it('gives each file to the topmost layer that has it, keeping profile order', () => {
+    const layers = [new Set(['etc/passwd', 'usr/bin/python3']), new Set(['usr/bin/python3', 'app/a']), new Set(['app/b'])];
+    expect(prioritizeForLayers(['/app/b', '/usr/bin/python3', '/etc/passwd', '/app/a', '/not/there'], layers)).toEqual([
+      ['etc/passwd'],
+      ['usr/bin/python3', 'app/a'],
+      ['app/b'],
+    ]);
+  });
+});
+
+describe('proc parsing', () => {
+  it('reads mount points (with octal escapes) and file system types', () => {
+    const text =
+      '36 35 98:0 / /mnt/with\\040space rw,noatime master:1 - ext4 /dev/vda rw\n' +
+      '40 36 0:44 / /tmp/sgz/r/1/m rw,nosuid shared:3 - fuse.stargzstore stargzstore rw,user_id=0\n';
+    expect(parseMountinfo(text)).toEqual([
+      { mountPoint: '/mnt/with space', fsType: 'ext4', source: '/dev/vda' },
+      { mountPoint: '/tmp/sgz/r/1/m', fsType: 'fuse.stargzstore', source: 'stargzstore' },
+    ]);
+  });
+
+  it('reads CPU ticks after the last ")" of comm and VmHWM', () => {
+    // comm with spaces and parentheses; fields 14-17 = utime stime cutime cstime
+    const stat = '1234 (node (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 11 0 100 1000 200';
+    const status = 'Name:\tnode\nVmPeak:\t 999 kB\nVmHWM:\t  123456 kB\nVmRSS:\t 1000 kB\n';
+    expect(parseProcSample(stat, status, 100)).toEqual({ peakRssKiB: 123456, cpuMs: 3100 });
+  });
+});

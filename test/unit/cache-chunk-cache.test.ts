@@ -1,0 +1,299 @@
+import { execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ChunkCache, footprint } from '../../src/cache/index.js';
+import { isStoreError } from '../../src/util/errors.js';
+
+function digestOf(buf: Buffer): string {
+  return 'sha256:' + createHash('sha256').update(buf).digest('hex');
+}
+
+function chunkPath(root: string, digest: string): string {
+  const hex = digest.slice('sha256:'.length);
+  return join(root, 'cache', 'chunks', 'sha256', hex.slice(0, 2), hex);
+}
+
+/** Every file under the cache dir with its apparent size and allocated bytes (independent of the index). */
+async function diskUsage(root: string): Promise<{ files: number; apparent: number; allocated: number }> {
+  let files = 0;
+  let apparent = 0;
+  let allocated = 0;
+  const walk = async (dir: string): Promise<void> => {
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch {
+      return;
+    }
+    for (const n of names) {
+      const p = join(dir, n);
+      let st;
+      try {
+        st = await stat(p);
+      } catch {
+        continue;
+      }
+      if (st.isDirectory()) await walk(p);
+      else {
+        files++;
+        apparent += st.size;
+        allocated += st.blocks * 512;
+      }
+    }
+  };
+  await walk(join(root, 'cache'));
+  return { files, apparent, allocated };
+}
+
+let root: string;
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'cache-test-'));
+});
+afterEach(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('ChunkCache', () => {
+  it('stores a chunk content-addressed, mode 0600, byte-exact, and serves it back', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const data = randomBytes(100_000);
+    const digest = digestOf(data);
+    await cache.put(digest, data);
+    const file = chunkPath(root, digest);
+    const st = await stat(file);
+    expect(st.mode & 0o777).toBe(0o600);
+    // independent check with the system tool
+    const out = execFileSync('sha256sum', [file]).toString();
+    expect(out.split(' ')[0]).toBe(digest.slice(7));
+    expect((await cache.get(digest))?.equals(data)).toBe(true);
+    cache.dropMemory();
+    expect((await cache.get(digest))?.equals(data)).toBe(true);
+    expect(cache.stats().diskHits).toBe(1);
+    await cache.close();
+  });
+
+  it('stores an identical chunk once', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const data = randomBytes(5000);
+    const digest = digestOf(data);
+    await Promise.all([
+      cache.put(digest, data),
+      cache.put(digest, Buffer.from(data)),
+      cache.put(digest, data),
+    ]);
+    await cache.put(digest, data);
+    const usage = await diskUsage(root);
+    expect(usage.files).toBe(1);
+    expect(cache.stats().writes).toBe(1);
+    await cache.close();
+  });
+
+  it('a new instance on the same root serves chunks written by the previous one', async () => {
+    const first = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const chunks = Array.from({ length: 20 }, () => randomBytes(3000 + Math.floor(Math.random() * 5000)));
+    for (const c of chunks) await first.put(digestOf(c), c);
+    await first.close();
+
+    const second = await ChunkCache.open({ root, minFreeBytes: 0 });
+    // open() does not wait for the scan, and a get during the scan still finds the file
+    expect(second.stats().scanComplete).toBe(false);
+    expect((await second.get(digestOf(chunks[0]!)))?.equals(chunks[0]!)).toBe(true);
+    await second.whenScanned();
+    expect(second.stats().diskEntries).toBe(20);
+    for (const c of chunks) expect((await second.get(digestOf(c)))?.equals(c)).toBe(true);
+    expect(await second.get(digestOf(Buffer.from('never stored')))).toBeUndefined();
+    await second.close();
+  });
+
+  it.each([
+    [
+      'flipped byte',
+      async (file: string) => {
+        const b = await readFile(file);
+        const mid = b.length >> 1;
+        b[mid] = b[mid]! ^ 0xff;
+        await writeFile(file, b);
+      },
+    ],
+    ['torn (truncated) write', async (file: string) => truncate(file, 1000)],
+    ['empty file', async (file: string) => truncate(file, 0)],
+  ])('detects a %s, deletes the file and reports a miss', async (_name, damage) => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const data = randomBytes(300_000);
+    const digest = digestOf(data);
+    await cache.put(digest, data);
+    await cache.close();
+    const file = chunkPath(root, digest);
+    await damage(file);
+
+    const again = await ChunkCache.open({ root, minFreeBytes: 0 });
+    await again.whenScanned();
+    expect(await again.get(digest)).toBeUndefined();
+    await expect(stat(file)).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(again.stats().corrupt).toBe(1);
+    // refetch path: putting the good bytes again works
+    await again.put(digest, data);
+    again.dropMemory();
+    expect((await again.get(digest))?.equals(data)).toBe(true);
+    await again.close();
+  });
+
+  it('removes temp files left by a crashed process at start-up', async () => {
+    await mkdir(join(root, 'cache', 'tmp'), { recursive: true });
+    await writeFile(join(root, 'cache', 'tmp', '999-deadbeef-0'), randomBytes(10));
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    await cache.whenScanned();
+    expect(await readdir(join(root, 'cache', 'tmp'))).toEqual([]);
+    await cache.close();
+  });
+
+  it('rejects digests that are not sha256:<hex> (no path can be derived from a hostile TOC)', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    for (const bad of ['sha256:../../etc/passwd', 'md5:abc', 'sha256:' + 'A'.repeat(64), '']) {
+      let caught: unknown;
+      try {
+        await cache.put(bad, Buffer.from('x'));
+      } catch (err) {
+        caught = err;
+      }
+      expect(isStoreError(caught, 'E_INVALID_ARGUMENT')).toBe(true);
+      await expect(cache.get(bad)).rejects.toMatchObject({ code: 'E_INVALID_ARGUMENT' });
+    }
+    expect((await diskUsage(root)).files).toBe(0);
+    await cache.close();
+  });
+
+  it('keeps disk usage within maxBytes by evicting least recently used chunks', async () => {
+    const size = 64 * 1024;
+    const maxBytes = 10 * footprint(size);
+    const cache = await ChunkCache.open({ root, maxBytes, minFreeBytes: 0, memoryBytes: 1 });
+    const chunks = Array.from({ length: 40 }, () => randomBytes(size));
+    let peak = 0;
+    for (let i = 0; i < chunks.length; i++) {
+      await cache.put(digestOf(chunks[i]!), chunks[i]!);
+      // keep chunk 0 hot: it must survive
+      expect((await cache.get(digestOf(chunks[0]!)))?.equals(chunks[0]!)).toBe(true);
+      const u = await diskUsage(root);
+      peak = Math.max(peak, u.allocated);
+      expect(u.apparent).toBeLessThanOrEqual(maxBytes);
+    }
+    expect(peak).toBeLessThanOrEqual(maxBytes);
+    const st = cache.stats();
+    expect(st.diskBytes).toBeLessThanOrEqual(maxBytes);
+    expect(st.evictions).toBeGreaterThanOrEqual(30);
+    expect(await cache.get(digestOf(chunks[0]!))).toBeDefined();
+    expect(await cache.get(digestOf(chunks[1]!))).toBeUndefined();
+    expect((await cache.get(digestOf(chunks[39]!)))?.equals(chunks[39]!)).toBe(true);
+    await cache.close();
+  });
+
+  it('keeps the bound under concurrent puts', async () => {
+    const size = 32 * 1024;
+    const maxBytes = 8 * footprint(size);
+    const cache = await ChunkCache.open({ root, maxBytes, minFreeBytes: 0, memoryBytes: 1 });
+    let peak = 0;
+    let done = false;
+    const sampler = (async () => {
+      while (!done) {
+        peak = Math.max(peak, (await diskUsage(root)).apparent);
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    })();
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        const c = randomBytes(size);
+        await cache.put(digestOf(c), c);
+      }),
+    );
+    done = true;
+    await sampler;
+    await cache.flush();
+    expect(peak).toBeLessThanOrEqual(maxBytes);
+    expect((await diskUsage(root)).apparent).toBeLessThanOrEqual(maxBytes);
+    await cache.close();
+  });
+
+  it('never evicts pinned chunks; unpinned they become evictable again', async () => {
+    const size = 16 * 1024;
+    const maxBytes = 6 * footprint(size);
+    const cache = await ChunkCache.open({ root, maxBytes, minFreeBytes: 0, memoryBytes: 1 });
+    const pinned = Array.from({ length: 3 }, () => randomBytes(size));
+    cache.pin('layerA', pinned.map(digestOf));
+    expect(cache.isPinned('layerA')).toBe(true);
+    for (const c of pinned) await cache.put(digestOf(c), c);
+    for (let i = 0; i < 30; i++) {
+      const c = randomBytes(size);
+      await cache.put(digestOf(c), c);
+    }
+    for (const c of pinned) expect((await cache.get(digestOf(c)))?.equals(c)).toBe(true);
+    expect((await diskUsage(root)).apparent).toBeLessThanOrEqual(maxBytes);
+    cache.unpin('layerA');
+    expect(cache.isPinned('layerA')).toBe(false);
+    for (let i = 0; i < 10; i++) {
+      const c = randomBytes(size);
+      await cache.put(digestOf(c), c);
+    }
+    const survivors = await Promise.all(
+      pinned.map(async (c) => (await cache.get(digestOf(c))) !== undefined),
+    );
+    expect(survivors.every((s) => s)).toBe(false);
+    await cache.close();
+  });
+
+  it('bounds the number of index entries', async () => {
+    const cache = await ChunkCache.open({ root, maxEntries: 5, minFreeBytes: 0, memoryBytes: 1 });
+    for (let i = 0; i < 12; i++) {
+      const c = randomBytes(100);
+      await cache.put(digestOf(c), c);
+    }
+    await cache.flush();
+    expect(cache.stats().diskEntries).toBe(5);
+    expect((await diskUsage(root)).files).toBe(5);
+    await cache.close();
+  });
+
+  it('writes nothing to disk when the free-space margin cannot be kept', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: Number.MAX_SAFE_INTEGER });
+    const c = randomBytes(1000);
+    await cache.put(digestOf(c), c);
+    expect((await diskUsage(root)).files).toBe(0);
+    expect(cache.stats().writeSkips).toBe(1);
+    // still served from memory
+    expect((await cache.get(digestOf(c)))?.equals(c)).toBe(true);
+    await cache.close();
+  });
+
+  it('after a restart with a smaller bound, evicts the oldest (by mtime) down to the bound', async () => {
+    const size = 8 * 1024;
+    const first = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const chunks = Array.from({ length: 12 }, () => randomBytes(size));
+    for (const c of chunks) await first.put(digestOf(c), c);
+    await first.close();
+    // give each file a distinct age: chunk i is i minutes old -> chunk 0 is the newest
+    const now = Date.now() / 1000;
+    for (let i = 0; i < chunks.length; i++) {
+      const t = now - 60 * i;
+      await utimes(chunkPath(root, digestOf(chunks[i]!)), t, t);
+    }
+    const second = await ChunkCache.open({ root, maxBytes: 4 * footprint(size), minFreeBytes: 0 });
+    await second.whenScanned();
+    await second.flush();
+    expect((await diskUsage(root)).files).toBe(4);
+    for (let i = 0; i < 4; i++) expect(await second.get(digestOf(chunks[i]!))).toBeDefined();
+    await second.close();
+  });
+
+  it('bounds the memory LRU in bytes', async () => {
+    const cache = await ChunkCache.open({ root, memoryBytes: 100_000, minFreeBytes: 0 });
+    for (let i = 0; i < 50; i++) {
+      const c = randomBytes(10_000);
+      await cache.put(digestOf(c), c);
+      expect(cache.stats().memoryBytes).toBeLessThanOrEqual(100_000);
+    }
+    expect(cache.stats().memoryEntries).toBe(10);
+    await cache.close();
+  });
+});

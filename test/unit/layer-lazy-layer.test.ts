@@ -1,0 +1,419 @@
+import { randomBytes, randomInt } from 'node:crypto';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ChunkCache } from '../../src/cache/index.js';
+import { FetchScheduler, LazyLayer, type LazyLayerOptions } from '../../src/layer/index.js';
+import { buildFixture, mixedSpecs, sha256, TestSource, type Fixture } from './layer-fixture.js';
+
+let root: string;
+let cache: ChunkCache;
+const layers: LazyLayer[] = [];
+
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'layer-test-'));
+  cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+});
+afterEach(async () => {
+  for (const l of layers.splice(0)) await l.close();
+  await cache.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+function makeLayer(
+  fx: Fixture,
+  source: TestSource,
+  extra: Partial<LazyLayerOptions> = {},
+  c: ChunkCache = cache,
+): LazyLayer {
+  const layer = new LazyLayer({
+    index: fx.index,
+    source,
+    cache: c,
+    layerKey: 'sha256:' + 'ab'.repeat(32),
+    scheduler: new FetchScheduler({ quietMs: 0 }),
+    backgroundFetch: false,
+    ...extra,
+  });
+  layers.push(layer);
+  return layer;
+}
+
+function node(fx: Fixture, path: string) {
+  const n = fx.nodes.get(path);
+  if (n === undefined) throw new Error(`no ${path}`);
+  return n;
+}
+
+async function cachedFiles(): Promise<string[]> {
+  const out: string[] = [];
+  const base = join(root, 'cache', 'chunks', 'sha256');
+  for (const d of await readdir(base).catch(() => [])) {
+    for (const f of await readdir(join(base, d))) out.push('sha256:' + f);
+  }
+  return out;
+}
+
+describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
+  const chunkSize = 4096;
+
+  it('returns exactly the file bytes for random offsets and lengths, cold and warm', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    for (const pass of ['cold', 'warm']) {
+      for (const [path, content] of fx.files) {
+        const n = node(fx, path);
+        // whole file, then random slices, some past EOF
+        expect((await layer.read(n, 0, content.length + 10)).equals(content), `${pass} ${path}`).toBe(true);
+        for (let i = 0; i < 30; i++) {
+          const off = randomInt(0, content.length + 2);
+          const len = randomInt(0, chunkSize * 3);
+          const got = await layer.read(n, off, len);
+          expect(got.equals(content.subarray(off, off + len)), `${pass} ${path} ${off}+${len}`).toBe(true);
+        }
+      }
+      cache.dropMemory();
+    }
+  });
+
+  it('fetches all missing chunks of one read in a single coalesced request', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    const big = node(fx, 'big');
+    const got = await layer.read(big, 100, chunkSize * 6);
+    expect(got.equals(fx.files.get('big')!.subarray(100, 100 + chunkSize * 6))).toBe(true);
+    expect(source.requestCount).toBe(1);
+    // chunks 0..6 are consecutive members: one range covering exactly their compressed spans
+    const chunks = big.chunks.slice(0, 7);
+    expect(source.requests[0]).toEqual([
+      { offset: chunks[0]!.compressedOffset, length: chunks[6]!.compressedEnd - chunks[0]!.compressedOffset },
+    ]);
+    // a read touching cached chunk 6 and missing chunks 7, 8 fetches only the missing ones
+    await layer.read(big, chunkSize * 6, chunkSize * 3);
+    expect(source.requestCount).toBe(2);
+    expect(source.requests[1]).toEqual([
+      {
+        offset: big.chunks[7]!.compressedOffset,
+        length: big.chunks[8]!.compressedEnd - big.chunks[7]!.compressedOffset,
+      },
+    ]);
+  });
+
+  it('coalesces disjoint spans into one multi-range request (or parallel reads without readRanges)', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    for (const multiRange of [true, false]) {
+      const source = new TestSource(fx.blob, { multiRange });
+      const c = await ChunkCache.open({ root: await mkdtemp(join(tmpdir(), 'layer-mr-')), minFreeBytes: 0 });
+      const layer = makeLayer(fx, source, {}, c);
+      const big = node(fx, 'big');
+      // warm chunks 1 and 3, then read 0..4: missing 0, 2, 4 are separated by cached members
+      await layer.read(big, chunkSize, 1);
+      await layer.read(big, chunkSize * 3, 1);
+      const before = source.requestCount;
+      const got = await layer.read(big, 0, chunkSize * 5);
+      expect(got.equals(fx.files.get('big')!.subarray(0, chunkSize * 5))).toBe(true);
+      const reqs = source.requests.slice(before);
+      if (multiRange) {
+        expect(reqs).toHaveLength(1);
+        expect(reqs[0]).toHaveLength(3);
+      } else {
+        expect(reqs).toHaveLength(3);
+      }
+      const needed = [0, 2, 4].reduce(
+        (n, i) => n + big.chunks[i]!.compressedEnd - big.chunks[i]!.compressedOffset,
+        0,
+      );
+      expect(reqs.flat().reduce((n, r) => n + r.length, 0)).toBe(needed);
+      await c.close();
+    }
+  });
+
+  it('shares one fetch among concurrent reads of the same chunk', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    source.delayMs = 30;
+    const layer = makeLayer(fx, source);
+    const big = node(fx, 'big');
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => layer.read(big, i * 10, 100)));
+    results.forEach((r, i) =>
+      expect(r.equals(fx.files.get('big')!.subarray(i * 10, i * 10 + 100))).toBe(true),
+    );
+    expect(source.requestCount).toBe(1);
+  });
+
+  it('serves zero chunks without fetching and checks their digest', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    const sparse = node(fx, 'sparse');
+    expect(sparse.chunks.filter((c) => c.zeros)).toHaveLength(2);
+    const got = await layer.read(sparse, chunkSize, chunkSize * 2);
+    expect(got.equals(Buffer.alloc(chunkSize * 2))).toBe(true);
+    expect(source.requestCount).toBe(0);
+    // a zeros chunk whose digest is not that of zeros is rejected
+    sparse.chunks[1]!.digest = sha256(Buffer.from('not zeros'));
+    const layer2 = makeLayer(fx, source);
+    await expect(layer2.read(sparse, chunkSize, 10)).rejects.toMatchObject({ code: 'E_DIGEST_MISMATCH' });
+  });
+
+  it('a corrupted chunk fails only the reads touching it and is never cached', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const big = node(fx, 'big');
+    const bad = big.chunks[4]!;
+    // flip a byte in the middle of the compressed member
+    source.corrupt.add((bad.compressedOffset + bad.compressedEnd) >> 1);
+    const layer = makeLayer(fx, source);
+    const content = fx.files.get('big')!;
+    for (let i = 0; i < big.chunks.length; i++) {
+      const c = big.chunks[i]!;
+      if (i === 4) {
+        const err = await layer.read(big, c.fileOffset + 5, 10).catch((e: unknown) => e);
+        expect(err).toMatchObject({
+          code: expect.stringMatching(/^E_(DIGEST_MISMATCH|DECOMPRESS|TRUNCATED)$/),
+        });
+      } else {
+        expect(
+          (await layer.read(big, c.fileOffset, c.size)).equals(
+            content.subarray(c.fileOffset, c.fileOffset + c.size),
+          ),
+        ).toBe(true);
+      }
+    }
+    // a read spanning the bad chunk fails too, a second attempt refetches (nothing was cached)
+    await expect(layer.read(big, bad.fileOffset - 10, 100)).rejects.toBeDefined();
+    await cache.flush();
+    expect(await cachedFiles()).not.toContain(bad.digest);
+    expect(layer.state().lastError).toMatch(/E_/);
+    expect(layer.state().bad).toBe(false);
+  });
+
+  it('rejects with E_DEADLINE when the source is slow; the fetch still fills the cache', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    let release!: () => void;
+    source.gate = new Promise((r) => (release = r));
+    const layer = makeLayer(fx, source, { deadlineMs: 100 });
+    const big = node(fx, 'big');
+    const t0 = performance.now();
+    await expect(layer.read(big, 0, 10)).rejects.toMatchObject({ code: 'E_DEADLINE' });
+    expect(performance.now() - t0).toBeLessThan(2000);
+    await expect(layer.read(big, 0, 10, { deadlineMs: 20 })).rejects.toMatchObject({ code: 'E_DEADLINE' });
+    const ac = new AbortController();
+    const aborted = layer.read(big, 0, 10, { signal: ac.signal });
+    ac.abort();
+    await expect(aborted).rejects.toMatchObject({ code: 'E_ABORTED' });
+    release();
+    source.gate = undefined;
+    await new Promise((r) => setTimeout(r, 50));
+    const n = source.requestCount;
+    expect((await layer.read(big, 0, 10)).equals(fx.files.get('big')!.subarray(0, 10))).toBe(true);
+    expect(source.requestCount).toBe(n);
+  });
+
+  it('a deadline of 0 means no deadline', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    source.delayMs = 120;
+    const layer = makeLayer(fx, source, { deadlineMs: 0 });
+    const big = node(fx, 'big');
+    expect((await layer.read(big, 0, 10)).equals(fx.files.get('big')!.subarray(0, 10))).toBe(true);
+  });
+
+  it('prefetch: landmark fetches everything before it, none fetches nothing, default uses prefetchBytes', async () => {
+    const fx0 = buildFixture(mixedSpecs(chunkSize), compression);
+    const big = fx0.nodes.get('big')!;
+    const end = big.chunks[3]!.compressedOffset;
+    for (const [hint, extra, expectFetched] of [
+      [{ kind: 'landmark', end }, {}, true],
+      [{ kind: 'none' }, {}, false],
+      [{ kind: 'default' }, { prefetchBytes: end }, true],
+      [{ kind: 'default' }, {}, false],
+    ] as const) {
+      const fx = { ...fx0, index: { ...fx0.index, prefetch: hint } };
+      const c = await ChunkCache.open({ root: await mkdtemp(join(tmpdir(), 'layer-pf-')), minFreeBytes: 0 });
+      const source = new TestSource(fx.blob);
+      const layer = makeLayer(fx, source, extra, c);
+      layer.start();
+      await layer.whenPrefetched();
+      expect(layer.state().prefetchDone).toBe(true);
+      const before = source.requestCount;
+      for (const ch of big.chunks) {
+        expect(c.has(ch.digest), `${hint.kind} chunk at ${ch.compressedOffset}`).toBe(
+          expectFetched && ch.compressedOffset < end,
+        );
+      }
+      if (expectFetched) {
+        await layer.read(big, 0, chunkSize * 3);
+        expect(source.requestCount).toBe(before);
+      } else {
+        expect(source.requestCount).toBe(0);
+      }
+      await c.close();
+    }
+  });
+
+  it('background fetch caches every chunk and verifies the DiffID', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      backgroundUnitBytes: 5000,
+      stateDir: join(root, 'layers'),
+    });
+    layer.start();
+    await layer.whenBackgroundDone();
+    const st = layer.state();
+    expect(st).toMatchObject({ fullyVerified: true, bad: false, backgroundDone: true, percent: 100 });
+    expect(st.chunksVerified).toBe(st.chunksTotal);
+    expect(st.bytesFetched).toBe(fx.blob.length);
+    await cache.flush();
+    const files = new Set(await cachedFiles());
+    for (const n of fx.nodes.values())
+      for (const c of n.chunks) if (!c.zeros) expect(files.has(c.digest)).toBe(true);
+    // a new layer object with the persisted state neither refetches nor rehashes
+    const source2 = new TestSource(fx.blob);
+    const again = makeLayer(fx, source2, {
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      stateDir: join(root, 'layers'),
+    });
+    again.start();
+    await again.whenBackgroundDone();
+    expect(again.state().fullyVerified).toBe(true);
+    expect(source2.requestCount).toBe(0);
+  });
+
+  it('a wrong diff_id marks the layer bad: later reads fail with E_LAYER_BAD', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      expectedDiffID: sha256(Buffer.from('wrong')),
+    });
+    const big = node(fx, 'big');
+    expect((await layer.read(big, 0, 10)).length).toBe(10);
+    layer.start();
+    await layer.whenBackgroundDone();
+    const st = layer.state();
+    expect(st.bad).toBe(true);
+    expect(st.fullyVerified).toBe(false);
+    expect(st.lastError).toMatch(/E_LAYER_BAD/);
+    await expect(layer.read(big, 0, 10)).rejects.toMatchObject({ code: 'E_LAYER_BAD' });
+  });
+
+  it('a chunk failing verification in the background does not mark the layer bad', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const big = node(fx, 'big');
+    const bad = big.chunks[2]!;
+    source.corrupt.add((bad.compressedOffset + bad.compressedEnd) >> 1);
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      maxBackgroundPasses: 2,
+      retryDelayMs: 1,
+    });
+    layer.start();
+    await layer.whenBackgroundDone();
+    const st = layer.state();
+    expect(st.bad).toBe(false);
+    expect(st.fullyVerified).toBe(false);
+    expect(st.lastError).toBeDefined();
+    expect((await layer.read(big, 0, 100)).equals(fx.files.get('big')!.subarray(0, 100))).toBe(true);
+  });
+
+  it('a new cache and layer on the same root serve fetched chunks with zero requests', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    for (const [path, content] of fx.files) await layer.read(node(fx, path), 0, content.length);
+    await cache.close();
+    cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const source2 = new TestSource(fx.blob);
+    const layer2 = makeLayer(fx, source2);
+    for (const [path, content] of fx.files) {
+      expect((await layer2.read(node(fx, path), 0, content.length)).equals(content)).toBe(true);
+    }
+    expect(source2.requestCount).toBe(0);
+  });
+
+  it('typed errors for bad input: non-regular node, negative range, spans outside the blob, gaps', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    await expect(layer.read(fx.index.root, 0, 1)).rejects.toMatchObject({ code: 'E_INVALID_ARGUMENT' });
+    const big = node(fx, 'big');
+    await expect(layer.read(big, -1, 1)).rejects.toMatchObject({ code: 'E_INVALID_ARGUMENT' });
+    await expect(layer.read(big, 0, Number.NaN)).rejects.toMatchObject({ code: 'E_INVALID_ARGUMENT' });
+    expect((await layer.read(big, big.size + 5, 10)).length).toBe(0);
+    const hostile = { ...big, chunks: big.chunks.map((c) => ({ ...c, digest: sha256(randomBytes(8)) })) };
+    hostile.chunks[0] = { ...hostile.chunks[0]!, compressedEnd: fx.blob.length + 100 };
+    await expect(layer.read(hostile, 0, 10)).rejects.toMatchObject({ code: 'E_BAD_TOC' });
+    const gappy = { ...big, chunks: [big.chunks[0]!, big.chunks[2]!] };
+    await expect(layer.read(gappy, 0, chunkSize * 2)).rejects.toMatchObject({ code: 'E_BAD_TOC' });
+    const badDigest = { ...big, chunks: big.chunks.map((c) => ({ ...c, digest: 'sha256:../../x' })) };
+    await expect(layer.read(badDigest, 0, 10)).rejects.toMatchObject({ code: 'E_BAD_TOC' });
+    expect(await stat(join(root, 'x')).catch(() => undefined)).toBeUndefined();
+  });
+});
+
+describe('LazyLayer under concurrency and background work', () => {
+  it('an on-demand read preempts a running background fetch instead of waiting for it', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new TestSource(fx.blob);
+    source.delayMs = 300;
+    const scheduler = new FetchScheduler({ quietMs: 0 });
+    const layer = makeLayer(fx, source, {
+      scheduler,
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      backgroundUnitBytes: 1 << 30,
+    });
+    layer.start();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(scheduler.stats().backgroundRunning).toBe(1);
+    const t0 = performance.now();
+    const big = node(fx, 'big');
+    expect((await layer.read(big, 0, 100)).equals(fx.files.get('big')!.subarray(0, 100))).toBe(true);
+    // its own 300 ms request, not behind the background one (which had ~250 ms left)
+    expect(performance.now() - t0).toBeLessThan(500);
+    expect(scheduler.stats().preemptions).toBeGreaterThanOrEqual(1);
+    await layer.whenBackgroundDone();
+    expect(layer.state().fullyVerified).toBe(true);
+  });
+
+  it('32 concurrent readers with background fetch and DiffID check running: exact bytes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new TestSource(fx.blob);
+    source.delayMs = 1;
+    const layer = makeLayer(fx, source, {
+      scheduler: new FetchScheduler({ quietMs: 0, backgroundConcurrency: 2 }),
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      backgroundUnitBytes: 8192,
+    });
+    layer.start();
+    const paths = [...fx.files.keys()];
+    let mismatches = 0;
+    await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        for (let i = 0; i < 150; i++) {
+          const path = paths[randomInt(0, paths.length)]!;
+          const content = fx.files.get(path)!;
+          const off = randomInt(0, content.length + 1);
+          const len = randomInt(0, 3 * 4096);
+          const got = await layer.read(node(fx, path), off, len);
+          if (!got.equals(content.subarray(off, off + len))) mismatches++;
+        }
+      }),
+    );
+    expect(mismatches).toBe(0);
+    await layer.whenBackgroundDone();
+    expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false, percent: 100 });
+  });
+});
