@@ -57,7 +57,11 @@ export interface ProxyOverhead {
   proxiedTtfbMs: number;
 }
 
-export async function measureProxyOverhead(registryHost: string, blobUrlPath: string, blobSize: number): Promise<ProxyOverhead> {
+export async function measureProxyOverhead(
+  registryHost: string,
+  blobUrlPath: string,
+  blobSize: number,
+): Promise<ProxyOverhead> {
   const bytes = Math.min(blobSize, 256 * 1024 * 1024);
   const [host, port] = splitHost(registryHost);
   const proxy = await startShapingProxy({ targetHost: host, targetPort: port, shape: { delayMs: 0 } });
@@ -94,7 +98,11 @@ export interface LinkCheck {
   ttfbMs: number;
 }
 
-export async function checkLink(path: NetworkPath, blobUrlPath: string, blobSize: number): Promise<LinkCheck> {
+export async function checkLink(
+  path: NetworkPath,
+  blobUrlPath: string,
+  blobSize: number,
+): Promise<LinkCheck> {
   const rate = path.profile.rateMbit;
   // about 3 s of transfer at the nominal rate, at most the blob
   const bytes = Math.min(blobSize, rate ? Math.floor((rate * 1e6 * 3) / 8) : 64 * 1024 * 1024);

@@ -5,8 +5,20 @@ import { StoreError } from '../../src/util/errors.js';
 import { gzipLayerIntoLayout, blobPath, initLayout, writeImage, type LayerBlob } from '../lib/oci.js';
 import type { PodmanEnv } from '../lib/podman.js';
 import { say } from '../lib/proc.js';
-import { prioritizeForLayers, type AccessProfile, type ProfileSource } from '../lib/profile.js';
-import { fetchManifest, importLayoutToStorage, imageBytes, podmanPush, skopeoPushLayout } from '../lib/push.js';
+import {
+  PROFILE_VERSION,
+  prioritizeForLayers,
+  selectPrioritized,
+  type AccessProfile,
+  type ProfileSource,
+} from '../lib/profile.js';
+import {
+  fetchManifest,
+  importLayoutToStorage,
+  imageBytes,
+  podmanPush,
+  skopeoPushLayout,
+} from '../lib/push.js';
 import type { BenchRegistry } from '../lib/registry-server.js';
 import { mountOverlay } from '../lib/rootfs.js';
 import { writerLayerIntoLayout } from '../lib/writer.js';
@@ -32,6 +44,8 @@ export interface PushedImage {
   layers: Array<{ digest: string; size: number; mediaType: string; annotations?: Record<string, string> }>;
   /** Files prioritised per layer (esgz-opt). */
   prioritized?: number[];
+  /** Profile files left out of the prioritisation (big, barely read). */
+  notPrioritized?: string[];
 }
 
 export interface FormatOutcome {
@@ -81,7 +95,9 @@ async function encodeLayer(
           format: 'estargz',
           ...(prioritize.length ? { prioritize } : {}),
         });
-  say(`  encoded ${layer.path.split('/').pop()} as ${format}${prioritize.length ? ` (+${prioritize.length} prioritised)` : ''} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  say(
+    `  encoded ${layer.path.split('/').pop()} as ${format}${prioritize.length ? ` (+${prioritize.length} prioritised)` : ''} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
   await writeFile(meta, JSON.stringify(b));
   return b;
 }
@@ -89,7 +105,10 @@ async function encodeLayer(
 export async function recordProfile(ctx: FormatContext, w: Workload): Promise<AccessProfile> {
   const dir = join(ctx.workDir, 'profiles');
   await mkdir(dir, { recursive: true });
-  const file = join(dir, `${w.name}-${w.key}-${ctx.profileSource.name.replace(/[^\w.-]/g, '_')}.json`);
+  const file = join(
+    dir,
+    `${w.name}-${w.key}-${ctx.profileSource.name.replace(/[^\w.-]/g, '_')}-v${PROFILE_VERSION}.json`,
+  );
   const prev = await readFile(file, 'utf8').catch(() => '');
   if (prev) return JSON.parse(prev) as AccessProfile;
   const merged = join(ctx.workDir, 'mnt', `${w.name}-rootfs`);
@@ -119,7 +138,9 @@ async function pushLayout(
   w: Workload,
   format: FormatId,
   key: string,
-  make: () => Promise<{ layout: string; tag: string; prioritized?: number[] } | { pushed: true }>,
+  make: () => Promise<
+    { layout: string; tag: string; prioritized?: number[]; notPrioritized?: string[] } | { pushed: true }
+  >,
 ): Promise<PushedImage> {
   const repo = `bench/${w.name}`;
   const recDir = join(ctx.workDir, 'pushed');
@@ -133,10 +154,13 @@ async function pushLayout(
   }
   const t0 = performance.now();
   const made = await make();
-  if ('layout' in made) await skopeoPushLayout(made.layout, made.tag, `${ctx.registry.host}/${repo}:${format}`);
+  if ('layout' in made)
+    await skopeoPushLayout(made.layout, made.tag, `${ctx.registry.host}/${repo}:${format}`);
   const m = await fetchManifest(ctx.registry.host, repo, format);
   if (!m) throw new StoreError('E_REGISTRY_NOT_FOUND', `pushed ${repo}:${format} but cannot read it back`);
-  say(`  pushed ${repo}:${format} (${(imageBytes(m) / 1e6).toFixed(1)} MB) in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  say(
+    `  pushed ${repo}:${format} (${(imageBytes(m) / 1e6).toFixed(1)} MB) in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
   const img: PushedImage & { key: string } = {
     key,
     workload: w.name,
@@ -147,13 +171,18 @@ async function pushLayout(
     compressedBytes: imageBytes(m),
     layers: m.manifest.layers,
     ...('prioritized' in made && made.prioritized ? { prioritized: made.prioritized } : {}),
+    ...('notPrioritized' in made && made.notPrioritized ? { notPrioritized: made.notPrioritized } : {}),
   };
   await writeFile(recFile, JSON.stringify(img));
   return img;
 }
 
 /** Make sure every requested format of `w` is in the registry; failures are reported per format. */
-export async function ensureFormats(ctx: FormatContext, w: Workload, formats: readonly FormatId[]): Promise<FormatOutcome[]> {
+export async function ensureFormats(
+  ctx: FormatContext,
+  w: Workload,
+  formats: readonly FormatId[],
+): Promise<FormatOutcome[]> {
   const layout = join(ctx.workDir, 'oci');
   await initLayout(layout);
   const out: FormatOutcome[] = [];
@@ -173,7 +202,12 @@ export async function ensureFormats(ctx: FormatContext, w: Workload, formats: re
   return out;
 }
 
-async function ensureFormat(ctx: FormatContext, w: Workload, format: FormatId, layout: string): Promise<PushedImage> {
+async function ensureFormat(
+  ctx: FormatContext,
+  w: Workload,
+  format: FormatId,
+  layout: string,
+): Promise<PushedImage> {
   const tagOf = (f: string) => `${w.name}-${f}`;
   switch (format) {
     case 'gzip':
@@ -192,16 +226,28 @@ async function ensureFormat(ctx: FormatContext, w: Workload, format: FormatId, l
       });
     case 'esgz-opt': {
       const profile = await recordProfile(ctx, w);
+      const chosen = selectPrioritized(profile);
+      for (const s of chosen.skipped) {
+        say(
+          `  not prioritised: ${s.path} (${(s.size / 2 ** 20).toFixed(0)} MiB, ${(s.bytesRead / 2 ** 20).toFixed(1)} MiB read)`,
+        );
+      }
       const perLayer = prioritizeForLayers(
-        profile.files,
+        chosen.files,
         w.layers.map((l) => new Set(l.entries)),
       );
       const key = `${w.key}:esgz-opt:${short(perLayer.map((p) => p.join('\n')).join('\0'))}`;
       return await pushLayout(ctx, w, format, key, async () => {
         const layers: LayerBlob[] = [];
-        for (const [i, l] of w.layers.entries()) layers.push(await encodeLayer(ctx, layout, l, 'estargz', perLayer[i]!));
+        for (const [i, l] of w.layers.entries())
+          layers.push(await encodeLayer(ctx, layout, l, 'estargz', perLayer[i]!));
         await writeImage(layout, tagOf('esgz-opt'), layers, w.spec);
-        return { layout, tag: tagOf('esgz-opt'), prioritized: perLayer.map((p) => p.length) };
+        return {
+          layout,
+          tag: tagOf('esgz-opt'),
+          prioritized: perLayer.map((p) => p.length),
+          notPrioritized: chosen.skipped.map((x) => x.path),
+        };
       });
     }
     case 'zstd-chunked':
@@ -211,15 +257,24 @@ async function ensureFormat(ctx: FormatContext, w: Workload, format: FormatId, l
         const local = `localhost/bench/${w.name}:${w.key}`;
         const have = await ctx.buildEnv.podman(['image', 'exists', local], { allowFail: true });
         if (have.code !== 0) await importLayoutToStorage(layout, tagOf('gzip'), local, ctx.buildEnv.env);
-        await podmanPush(ctx.buildEnv.env, local, `${ctx.registry.host}/bench/${w.name}:zstd-chunked`, 'zstd:chunked');
+        await podmanPush(
+          ctx.buildEnv.env,
+          local,
+          `${ctx.registry.host}/bench/${w.name}:zstd-chunked`,
+          'zstd:chunked',
+        );
         const m = await fetchManifest(ctx.registry.host, `bench/${w.name}`, 'zstd-chunked');
         const ok = m?.manifest.layers.every((l) =>
           Object.keys(l.annotations ?? {}).some((k) => k.includes('zstd-chunked.manifest-checksum')),
         );
         if (!ok) {
-          throw new StoreError('E_UNSUPPORTED_FORMAT', 'podman push did not produce zstd:chunked layers (blob reuse?)', {
-            ref: `bench/${w.name}:zstd-chunked`,
-          });
+          throw new StoreError(
+            'E_UNSUPPORTED_FORMAT',
+            'podman push did not produce zstd:chunked layers (blob reuse?)',
+            {
+              ref: `bench/${w.name}:zstd-chunked`,
+            },
+          );
         }
         return { pushed: true };
       });

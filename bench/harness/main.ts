@@ -18,7 +18,14 @@ import { profileSource } from '../lib/profile.js';
 import { startBenchRegistry } from '../lib/registry-server.js';
 import { checkLink, measureProxyOverhead, type LinkCheck, type ProxyOverhead } from './calibrate.js';
 import { ensureFormats, type FormatId, type FormatOutcome } from './formats.js';
-import { MAX_PODMAN_DIR, runDir, runIteration, selectModes, type StoreCommand, type StoreKind } from './modes.js';
+import {
+  MAX_PODMAN_DIR,
+  runDir,
+  runIteration,
+  selectModes,
+  type StoreCommand,
+  type StoreKind,
+} from './modes.js';
 import { openNetworkPath } from './networks.js';
 import { parseOptions, type HarnessOptions } from './options.js';
 import { renderMarkdown, summarizeAll, type Cell } from './report.js';
@@ -42,7 +49,9 @@ async function machine(): Promise<Record<string, unknown>> {
 
 function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreCommand>> {
   const ours: StoreCommand = {
-    argv: o.storeBin ? o.storeBin.split(/\s+/).filter(Boolean) : [process.execPath, join(REPO, 'bin/stargz-store.js')],
+    argv: o.storeBin
+      ? o.storeBin.split(/\s+/).filter(Boolean)
+      : [process.execPath, join(REPO, 'bin/stargz-store.js')],
     stopSignal: 'SIGTERM',
     logLevel: o.storeLogLevel,
     ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
@@ -68,7 +77,10 @@ interface Results {
   machine: Record<string, unknown>;
   options: Record<string, unknown>;
   workloads: Array<Record<string, unknown>>;
-  calibration: { proxyOverhead?: ProxyOverhead | { error: string }; links: Array<LinkCheck | { network: string; error: string }> };
+  calibration: {
+    proxyOverhead?: ProxyOverhead | { error: string };
+    links: Array<LinkCheck | { network: string; error: string }>;
+  };
   summaries: ReturnType<typeof summarizeAll>;
   cells: Cell[];
 }
@@ -87,8 +99,12 @@ async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
       (w) =>
         `- image **${String(w.name)}**: ${(Number(w.uncompressedBytes) / 1e6).toFixed(0)} MB uncompressed, ${String(w.layers)} layer(s)` +
         (w.touchedBytes ? `, entrypoint reads ${(Number(w.touchedBytes) / 1e6).toFixed(1)} MB` : '') +
-        `; compressed: ${Object.entries(w.images as Record<string, { compressedBytes?: number; error?: string }>)
-          .map(([f, i]) => `${f} ${i.compressedBytes ? (i.compressedBytes / 1e6).toFixed(0) + ' MB' : 'FAILED'}`)
+        `; compressed: ${Object.entries(
+          w.images as Record<string, { compressedBytes?: number; error?: string }>,
+        )
+          .map(
+            ([f, i]) => `${f} ${i.compressedBytes ? (i.compressedBytes / 1e6).toFixed(0) + ' MB' : 'FAILED'}`,
+          )
           .join(', ')}`,
     ),
     prox && 'directMbit' in prox
@@ -102,15 +118,22 @@ async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
         : `Link ${l.network}: target ${l.targetMbit ?? '∞'} Mbit/s / ${l.targetRttMs} ms RTT; measured ${l.achievedMbit.toFixed(1)} Mbit/s over ${(l.bytes / 1e6).toFixed(0)} MB, fresh-connection TTFB ${l.ttfbMs.toFixed(1)} ms (≈ 2 RTT expected).`,
     ),
   ].filter(Boolean);
-  await writeFile(join(o.out, 'results.md'), renderMarkdown({ title: 'Container start-up benchmark', lines }, res.summaries));
-  await writeFile(join(o.out, 'chart.svg'), renderChart('Cold pull + first run (p50): lower is better', res.summaries));
+  await writeFile(
+    join(o.out, 'results.md'),
+    renderMarkdown({ title: 'Container start-up benchmark', lines }, res.summaries),
+  );
+  await writeFile(
+    join(o.out, 'chart.svg'),
+    renderChart('Cold pull + first run (p50): lower is better', res.summaries),
+  );
 }
 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2), REPO);
   installSignalCleanup();
   const started = performance.now();
-  if (process.getuid?.() !== 0) throw new StoreError('E_CONFIG', 'the benchmark needs root (mounts, namespaces, podman)');
+  if (process.getuid?.() !== 0)
+    throw new StoreError('E_CONFIG', 'the benchmark needs root (mounts, namespaces, podman)');
   const modes = selectModes(o.modes, o.baselineStore !== undefined);
   const needFormats = new Set<FormatId>(modes.map((m) => m.format));
   await requireTools({
@@ -139,7 +162,8 @@ async function main(): Promise<void> {
   }
   await mkdir(o.workDir, { recursive: true });
   for (const stale of await removeStaleNamespaces()) say(`removed stale namespace ${stale}`);
-  for (const sub of ['r', 'mnt']) for (const m of await unmountUnder(join(o.workDir, sub))) say(`unmounted stale ${m}`);
+  for (const sub of ['r', 'mnt'])
+    for (const m of await unmountUnder(join(o.workDir, sub))) say(`unmounted stale ${m}`);
 
   const res: Results = {
     version: 1,
@@ -175,7 +199,9 @@ async function main(): Promise<void> {
   const source = profileSource(o.profile);
   const outcomes = new Map<string, FormatOutcome[]>();
   for (const w of workloads) {
-    const fo = await ensureFormats({ workDir: o.workDir, registry, buildEnv, profileSource: source }, w, [...needFormats]);
+    const fo = await ensureFormats({ workDir: o.workDir, registry, buildEnv, profileSource: source }, w, [
+      ...needFormats,
+    ]);
     outcomes.set(w.name, fo);
     res.workloads.push({
       name: w.name,
@@ -187,7 +213,12 @@ async function main(): Promise<void> {
         fo.map((f) => [
           f.format,
           f.image
-            ? { compressedBytes: f.image.compressedBytes, manifestDigest: f.image.manifestDigest, prioritized: f.image.prioritized }
+            ? {
+                compressedBytes: f.image.compressedBytes,
+                manifestDigest: f.image.manifestDigest,
+                ...(f.image.prioritized ? { prioritized: f.image.prioritized } : {}),
+                ...(f.image.notPrioritized ? { notPrioritized: f.image.notPrioritized } : {}),
+              }
             : { error: f.error },
         ]),
       ),
@@ -209,7 +240,12 @@ async function main(): Promise<void> {
         .sort((a, b) => b.size - a.size)[0]
     : undefined;
   const blobPath = biggest ? `/v2/${biggest.repo}/blobs/${biggest.digest}` : undefined;
-  if (biggest && blobPath && o.networks.some((n) => n.rateMbit !== undefined || n.rttMs > 0) && o.shaper === 'proxy') {
+  if (
+    biggest &&
+    blobPath &&
+    o.networks.some((n) => n.rateMbit !== undefined || n.rttMs > 0) &&
+    o.shaper === 'proxy'
+  ) {
     try {
       res.calibration.proxyOverhead = await measureProxyOverhead(registry.host, blobPath, biggest.size);
       say(`proxy overhead: ${JSON.stringify(res.calibration.proxyOverhead)}`);
@@ -241,7 +277,14 @@ async function main(): Promise<void> {
         const cells = new Map<string, Cell>();
         for (const m of modes) {
           const f = fo.find((x) => x.format === m.format);
-          const cell: Cell = { image: w.name, network: net.name, mode: m.id, label: m.label, format: m.format, iterations: [] };
+          const cell: Cell = {
+            image: w.name,
+            network: net.name,
+            mode: m.id,
+            label: m.label,
+            format: m.format,
+            iterations: [],
+          };
           if (!f?.image) cell.skipped = `format ${m.format} not available: ${f?.error ?? 'not built'}`;
           cells.set(m.id, cell);
           res.cells.push(cell);
@@ -289,7 +332,11 @@ main()
       process.exitCode = err.exitCode;
       return;
     }
-    const msg = isStoreError(err) ? `${err.code}: ${err.message}` : err instanceof Error ? (err.stack ?? err.message) : String(err);
+    const msg = isStoreError(err)
+      ? `${err.code}: ${err.message}`
+      : err instanceof Error
+        ? (err.stack ?? err.message)
+        : String(err);
     process.stderr.write(`bench: ${msg}\n`);
     process.exitCode = 1;
   })

@@ -33,12 +33,30 @@ export const LAZY_FORMATS: readonly FormatId[] = ['estargz', 'esgz-opt', 'zstd-c
 export function allModes(withBaseline: boolean): ModeDef[] {
   const modes: ModeDef[] = [
     { id: 'full-gzip', format: 'gzip', storage: 'plain', label: 'full pull (gzip)' },
-    { id: 'partial-zstd-chunked', format: 'zstd-chunked', storage: 'partial', label: 'Podman partial pull (zstd:chunked)' },
+    {
+      id: 'partial-zstd-chunked',
+      format: 'zstd-chunked',
+      storage: 'partial',
+      label: 'Podman partial pull (zstd:chunked)',
+    },
   ];
-  for (const f of LAZY_FORMATS) modes.push({ id: `lazy-${f}`, format: f, storage: 'als', store: 'ours', label: `lazy, our store (${f})` });
+  for (const f of LAZY_FORMATS)
+    modes.push({
+      id: `lazy-${f}`,
+      format: f,
+      storage: 'als',
+      store: 'ours',
+      label: `lazy, our store (${f})`,
+    });
   if (withBaseline) {
     for (const f of LAZY_FORMATS) {
-      modes.push({ id: `baseline-${f}`, format: f, storage: 'als', store: 'baseline', label: `lazy, baseline store (${f})` });
+      modes.push({
+        id: `baseline-${f}`,
+        format: f,
+        storage: 'als',
+        store: 'baseline',
+        label: `lazy, baseline store (${f})`,
+      });
     }
   }
   return modes;
@@ -48,7 +66,10 @@ export function allModes(withBaseline: boolean): ModeDef[] {
 export function selectModes(spec: string | undefined, withBaseline: boolean): ModeDef[] {
   const all = allModes(withBaseline);
   if (!spec || spec === 'all') return all;
-  const ids = spec.split(',').map((s) => s.trim()).filter(Boolean);
+  const ids = spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const out: ModeDef[] = [];
   for (const id of ids) {
     const m = all.find((x) => x.id === id);
@@ -176,7 +197,11 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     }
     const missing = workload.expect.filter((e) => !r.output.includes(e));
     if (missing.length > 0) {
-      throw new StoreError('E_DIGEST_MISMATCH', `first run printed unexpected output (wanted "${missing[0]}")`, { ref });
+      throw new StoreError(
+        'E_DIGEST_MISMATCH',
+        `first run printed unexpected output (wanted "${missing[0]}")`,
+        { ref },
+      );
     }
     res.ok = true;
   } catch (err) {
@@ -190,7 +215,9 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
       res.storeForcedUnmount = s.forcedUnmount;
       if (!res.ok && ctx.failedLogDir) {
         await mkdir(ctx.failedLogDir, { recursive: true });
-        await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(() => undefined);
+        await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(
+          () => undefined,
+        );
       }
     }
     await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((e: Error) =>

@@ -37,7 +37,11 @@ export function parseNetwork(spec: string): NetworkProfile {
   const b = BUILTIN_NETWORKS[spec];
   if (b) return b;
   const m = /^(\d+(?:\.\d+)?)(mbit|gbit)-(\d+(?:\.\d+)?)ms$/.exec(spec);
-  if (!m) throw new StoreError('E_CONFIG', `bad network profile "${spec}" (e.g. loopback, 100mbit-30ms, 1gbit-10ms)`);
+  if (!m)
+    throw new StoreError(
+      'E_CONFIG',
+      `bad network profile "${spec}" (e.g. loopback, 100mbit-30ms, 1gbit-10ms)`,
+    );
   const rate = Number(m[1]) * (m[2] === 'gbit' ? 1000 : 1);
   if (!(rate > 0)) throw new StoreError('E_CONFIG', `network profile "${spec}": rate must be > 0`);
   return { name: spec, rateMbit: rate, rttMs: Number(m[3]) };
@@ -66,9 +70,20 @@ function repoRoot(): string {
   return fileURLToPath(new URL('../../../', import.meta.url));
 }
 
-export async function openNetworkPath(p: NetworkProfile, shaper: Shaper, ctx: PathContext): Promise<NetworkPath> {
+export async function openNetworkPath(
+  p: NetworkProfile,
+  shaper: Shaper,
+  ctx: PathContext,
+): Promise<NetworkPath> {
   if (p.rateMbit === undefined && p.rttMs === 0) {
-    return { profile: p, shaper: 'none', refHost: ctx.registry.host, prefix: [], registry: ctx.registry, close: async () => {} };
+    return {
+      profile: p,
+      shaper: 'none',
+      refHost: ctx.registry.host,
+      prefix: [],
+      registry: ctx.registry,
+      close: async () => {},
+    };
   }
   const [rhost, rport] = splitHost(ctx.registry.host);
   if (shaper === 'proxy') {
@@ -122,9 +137,13 @@ export async function openNetworkPath(p: NetworkProfile, shaper: Shaper, ctx: Pa
     const port = await new Promise<number>((resolve, reject) => {
       const rl = createInterface({ input: child.stdout! });
       rl.once('line', (line) => resolve((JSON.parse(line) as { port: number }).port));
-      child.once('exit', (c) => reject(new StoreError('E_IO', `delay proxy exited (${String(c)}): ${tail(err)}`)));
+      child.once('exit', (c) =>
+        reject(new StoreError('E_IO', `delay proxy exited (${String(c)}): ${tail(err)}`)),
+      );
     });
-    say(`network ${p.name}: netns ${ns.clientNs} -> HTB veth -> registry ${reg.host} in ${ns.serverNs}, delay proxy :${port}`);
+    say(
+      `network ${p.name}: netns ${ns.clientNs} -> HTB veth -> registry ${reg.host} in ${ns.serverNs}, delay proxy :${port}`,
+    );
     return {
       profile: p,
       shaper,

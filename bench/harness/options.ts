@@ -29,31 +29,55 @@ export interface HarnessOptions {
 }
 
 export const PRESETS = {
-  full: { images: 'small,python,large', scale: 1, iterations: 5, networks: 'loopback,1gbit-10ms,100mbit-30ms' },
+  full: {
+    images: 'small,python,large',
+    scale: 1,
+    iterations: 5,
+    networks: 'loopback,1gbit-10ms,100mbit-30ms',
+  },
   quick: { images: 'small,large', scale: 0.1, iterations: 1, networks: 'loopback,100mbit-30ms' },
 } as const;
 
 export function buildCommand(): Command {
   return new Command('bench')
-    .description('Container start-up benchmark: full pull vs partial pull vs lazy pulling through an Additional Layer Store')
+    .description(
+      'Container start-up benchmark: full pull vs partial pull vs lazy pulling through an Additional Layer Store',
+    )
     .option('--quick', `smoke preset: ${JSON.stringify(PRESETS.quick)}`, false)
     .option('--images <list>', `workloads (${WORKLOADS.join(',')})`)
     .option('--scale <x>', 'size factor of the large image payload (1 = ~1.4 GB of model files)')
     .option('--seed <n>', 'seed of the generated model payload', '42')
     .option('--iterations <n>', 'cold runs per mode, image and network')
-    .option('--networks <list>', 'network profiles: loopback, 1gbit-10ms, 100mbit-30ms or <rate>(mbit|gbit)-<rtt>ms')
-    .addOption(new Option('--shaper <kind>', 'how shaped profiles are made').choices(['proxy', 'htb']).default('proxy'))
-    .option('--modes <list>', 'subset of modes (full-gzip, partial-zstd-chunked, lazy-estargz, lazy-esgz-opt, lazy-zstd-chunked, baseline-*)')
+    .option(
+      '--networks <list>',
+      'network profiles: loopback, 1gbit-10ms, 100mbit-30ms or <rate>(mbit|gbit)-<rtt>ms',
+    )
+    .addOption(
+      new Option('--shaper <kind>', 'how shaped profiles are made')
+        .choices(['proxy', 'htb'])
+        .default('proxy'),
+    )
+    .option(
+      '--modes <list>',
+      'subset of modes (full-gzip, partial-zstd-chunked, lazy-estargz, lazy-esgz-opt, lazy-zstd-chunked, baseline-*)',
+    )
     .option('--store-bin <cmd>', 'our store command (default: node <repo>/bin/stargz-store.js)')
     .option('--store-config <file>', 'config.toml passed to both stores (default: an empty one)')
     .option('--store-log-level <level>', 'log level passed to the stores', 'info')
-    .option('--baseline-store <path>', 'another store binary taking the same flags (e.g. the Go stargz-store)')
+    .option(
+      '--baseline-store <path>',
+      'another store binary taking the same flags (e.g. the Go stargz-store)',
+    )
     .addOption(
       new Option('--baseline-stop-signal <sig>', 'signal that makes the baseline store unmount (Go: SIGINT)')
         .choices(['SIGINT', 'SIGTERM'])
         .default('SIGINT'),
     )
-    .option('--profile <source>', 'access profile source for eStargz optimisation: strace | file:<path>', 'strace')
+    .option(
+      '--profile <source>',
+      'access profile source for eStargz optimisation: strace | file:<path>',
+      'strace',
+    )
     .option('--work-dir <dir>', 'large data and caches (never the repo)', '/tmp/sgz-bench')
     .option('--out <dir>', 'where results.json, results.md and chart.svg go', 'bench/out')
     .option('--suite <name>', 'Debian suite for debootstrap', 'bookworm')
@@ -64,7 +88,8 @@ export function buildCommand(): Command {
 
 function num(v: unknown, what: string, min: number): number {
   const n = Number(v);
-  if (!Number.isFinite(n) || n < min) throw new StoreError('E_CONFIG', `--${what} must be a number >= ${min}`);
+  if (!Number.isFinite(n) || n < min)
+    throw new StoreError('E_CONFIG', `--${what} must be a number >= ${min}`);
   return n;
 }
 
@@ -93,7 +118,10 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
   const workDir = resolve(String(o.workDir));
   if (repoRoot && (resolve(workDir) + '/').startsWith(resolve(repoRoot) + '/')) {
     // gigabytes of layers never go into the repository tree
-    throw new StoreError('E_CONFIG', `--work-dir ${workDir} is inside the repository; use /tmp/... or another disk`);
+    throw new StoreError(
+      'E_CONFIG',
+      `--work-dir ${workDir} is inside the repository; use /tmp/... or another disk`,
+    );
   }
   return {
     quick: Boolean(o.quick),

@@ -68,7 +68,9 @@ export function summarizeCell(c: Cell): CellSummary {
     requests: pick((i) => i.registry?.requests),
     storeRssMB: pick((i) => (i.storePeakRssKiB !== undefined ? i.storePeakRssKiB / 1024 : undefined)),
     storeCpuS: pick((i) => (i.storeCpuMs !== undefined ? i.storeCpuMs / 1000 : undefined)),
-    ...(lastOk?.totalLayers !== undefined ? { lazyLayers: `${lastOk.lazyLayers ?? 0}/${lastOk.totalLayers}` } : {}),
+    ...(lastOk?.totalLayers !== undefined
+      ? { lazyLayers: `${lastOk.lazyLayers ?? 0}/${lastOk.totalLayers}` }
+      : {}),
   };
 }
 
@@ -92,7 +94,8 @@ export function summarizeAll(cells: readonly Cell[]): CellSummary[] {
 }
 
 const f = (v: number, d = 2) => (Number.isFinite(v) ? v.toFixed(d) : '–');
-const pp = (s: Summary, d = 2) => (s.n === 0 ? '–' : s.n === 1 ? f(s.p50, d) : `${f(s.p50, d)} / ${f(s.p95, d)}`);
+const pp = (s: Summary, d = 2) =>
+  s.n === 0 ? '–' : s.n === 1 ? f(s.p50, d) : `${f(s.p50, d)} / ${f(s.p95, d)}`;
 const x = (v: number | undefined) => (v === undefined ? '–' : `${v.toFixed(2)}x`);
 
 export interface TargetCheck {
@@ -166,7 +169,9 @@ export function renderMarkdown(meta: MarkdownMeta, s: readonly CellSummary[]): s
   const checks = targetChecks(s);
   out.push('## Targets (issue 6)', '', '| check | target | measured | met |', '|---|---|---|---|');
   for (const t of checks) {
-    out.push(`| ${t.what} | ${t.target} | ${t.measured} | ${t.met === undefined ? '–' : t.met ? 'yes' : 'no'} |`);
+    out.push(
+      `| ${t.what} | ${t.target} | ${t.measured} | ${t.met === undefined ? '–' : t.met ? 'yes' : 'no'} |`,
+    );
   }
   out.push('');
   return out.join('\n');

@@ -14,7 +14,10 @@ const PULL = '#3b6fb6';
 const RUN = '#f29e38';
 
 export function escapeXml(s: string): string {
-  return s.replace(/[<>&'"]/g, (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c]!);
+  return s.replace(
+    /[<>&'"]/g,
+    (c) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[c]!,
+  );
 }
 
 /** A "nice" axis maximum (1, 2, 2.5 or 5 x 10^k) at or above v. Pure. */
@@ -42,7 +45,9 @@ export function renderChart(title: string, cells: readonly CellSummary[]): strin
       body.push(`<text x="10" y="${y + 13}" class="img">${escapeXml(image)}</text>`);
       y += ROW;
       for (const c of inNet.filter((c) => c.image === image)) {
-        body.push(`<text x="${LABEL - 6}" y="${y + 12}" class="lbl" text-anchor="end">${escapeXml(c.mode)}</text>`);
+        body.push(
+          `<text x="${LABEL - 6}" y="${y + 12}" class="lbl" text-anchor="end">${escapeXml(c.mode)}</text>`,
+        );
         if (c.okRuns > 0) {
           const pw = Math.max(0, c.pullS.p50 * scale);
           const rw = Math.max(0, c.runS.p50 * scale);
@@ -50,7 +55,8 @@ export function renderChart(title: string, cells: readonly CellSummary[]): strin
             `<rect x="${LABEL}" y="${y + 2}" width="${pw.toFixed(1)}" height="${ROW - 5}" fill="${PULL}"><title>pull p50 ${c.pullS.p50.toFixed(2)} s</title></rect>`,
             `<rect x="${(LABEL + pw).toFixed(1)}" y="${y + 2}" width="${rw.toFixed(1)}" height="${ROW - 5}" fill="${RUN}"><title>first run p50 ${c.runS.p50.toFixed(2)} s</title></rect>`,
           );
-          const ratioTxt = c.vsFull !== undefined && c.mode !== 'full-gzip' ? ` (${c.vsFull.toFixed(2)}x full)` : '';
+          const ratioTxt =
+            c.vsFull !== undefined && c.mode !== 'full-gzip' ? ` (${c.vsFull.toFixed(2)}x full)` : '';
           body.push(
             `<text x="${(LABEL + pw + rw + 5).toFixed(1)}" y="${y + 12}" class="val">${c.totalS.p50.toFixed(2)} s${ratioTxt}</text>`,
           );
@@ -67,7 +73,9 @@ export function renderChart(title: string, cells: readonly CellSummary[]): strin
       const v = (max * i) / 4;
       const x = LABEL + v * scale;
       grid.push(`<line x1="${x.toFixed(1)}" y1="${axisTop}" x2="${x.toFixed(1)}" y2="${y}" class="grid"/>`);
-      body.push(`<text x="${x.toFixed(1)}" y="${y + 12}" class="tick" text-anchor="middle">${+v.toFixed(2)} s</text>`);
+      body.push(
+        `<text x="${x.toFixed(1)}" y="${y + 12}" class="tick" text-anchor="middle">${+v.toFixed(2)} s</text>`,
+      );
     }
     body.splice(gridAt, 0, ...grid);
     y += 20 + GAP;

@@ -50,7 +50,12 @@ export interface WorkloadParams {
 
 const hash = (s: string) => createHash('sha256').update(s).digest('hex').slice(0, 16);
 
-async function cachedTar(dir: string, name: string, key: string, make: (out: string) => Promise<LayerTar>): Promise<BuiltLayer> {
+async function cachedTar(
+  dir: string,
+  name: string,
+  key: string,
+  make: (out: string) => Promise<LayerTar>,
+): Promise<BuiltLayer> {
   await mkdir(dir, { recursive: true });
   const meta = join(dir, `${name}.json`);
   const prev = await readFile(meta, 'utf8').catch(() => '');
@@ -74,7 +79,9 @@ export async function buildWorkloads(names: readonly WorkloadName[], p: Workload
   const minbase = join(rootfs, `minbase-${p.suite}`);
   await buildMinbase(minbase, { suite: p.suite, mirror });
   const minKey = hash(await readFile(`${minbase}.json`, 'utf8'));
-  const baseLayer = await cachedTar(tars, `minbase-${p.suite}`, minKey, (out) => createLayerTar({ root: minbase, out }));
+  const baseLayer = await cachedTar(tars, `minbase-${p.suite}`, minKey, (out) =>
+    createLayerTar({ root: minbase, out }),
+  );
   const debianVersion = (await readFile(join(minbase, 'etc/debian_version'), 'utf8')).trim();
   const osRelease = await readFile(join(minbase, 'usr/lib/os-release'));
   const env = [DEFAULT_PATH];
@@ -100,7 +107,11 @@ export async function buildWorkloads(names: readonly WorkloadName[], p: Workload
         layers: [baseLayer],
         rootfsLowers: [minbase],
         spec: {
-          cmd: ['/bin/sh', '-c', 'cat /etc/debian_version; ls /usr/bin >/dev/null; apt-get --version >/dev/null; echo small-ok'],
+          cmd: [
+            '/bin/sh',
+            '-c',
+            'cat /etc/debian_version; ls /usr/bin >/dev/null; apt-get --version >/dev/null; echo small-ok',
+          ],
           env,
         },
         expect: [debianVersion, 'small-ok'],

@@ -78,7 +78,10 @@ async function busyboxTree(dir: string, busybox: string): Promise<void> {
     await symlink('busybox', join(dir, 'bin', applet));
   }
   await mkdir(join(dir, 'etc'), { recursive: true });
-  await writeFile(join(dir, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n');
+  await writeFile(
+    join(dir, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n',
+  );
   await writeFile(join(dir, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
   for (const d of ['tmp', 'root', 'proc', 'sys', 'dev']) await mkdir(join(dir, d), { recursive: true });
   await chmod(join(dir, 'tmp'), 0o1777);
@@ -121,7 +124,14 @@ export async function buildBusyboxImage(o: BusyboxImageOptions): Promise<Busybox
     const layers: Array<LayerBlob & { tocDigest?: string }> = [];
     for (const t of tars) {
       const have = new Set(t.entries);
-      layers.push(await encodeLayer(layout, t.path, o, wanted.filter((p) => have.has(p))));
+      layers.push(
+        await encodeLayer(
+          layout,
+          t.path,
+          o,
+          wanted.filter((p) => have.has(p)),
+        ),
+      );
     }
     const img = await writeImage(layout, o.tag, layers, {
       cmd: o.cmd ?? ['/bin/sh'],
@@ -165,7 +175,7 @@ async function main(): Promise<void> {
   if (values.help || !values.registry || !values.repo) {
     process.stderr.write(
       'usage: busybox-image.js --registry HOST:PORT --repo NAME [--tag T] [--format estargz|zstd:chunked|gzip]\n' +
-        "         [--file SRC[:/DEST]]... [--cmd '[\"/bin/sh\",\"-c\",\"...\"]' | --cmd 'sh -c ...'] [--env K=V]...\n" +
+        '         [--file SRC[:/DEST]]... [--cmd \'["/bin/sh","-c","..."]\' | --cmd \'sh -c ...\'] [--env K=V]...\n' +
         '         [--workdir DIR] [--prioritize /PATH]... [--chunk-size BYTES] [--work-dir SCRATCH]\n',
     );
     process.exitCode = values.help ? 0 : 2;
@@ -173,7 +183,9 @@ async function main(): Promise<void> {
   }
   let cmd: string[] | undefined;
   if (values.cmd !== undefined) {
-    cmd = values.cmd.trim().startsWith('[') ? (JSON.parse(values.cmd) as string[]) : ['/bin/sh', '-c', values.cmd];
+    cmd = values.cmd.trim().startsWith('[')
+      ? (JSON.parse(values.cmd) as string[])
+      : ['/bin/sh', '-c', values.cmd];
   }
   const r = await buildBusyboxImage({
     registry: values.registry,
@@ -193,7 +205,11 @@ async function main(): Promise<void> {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main().catch((err: unknown) => {
-    const msg = isStoreError(err) ? `${err.code}: ${err.message}` : err instanceof Error ? err.message : String(err);
+    const msg = isStoreError(err)
+      ? `${err.code}: ${err.message}`
+      : err instanceof Error
+        ? err.message
+        : String(err);
     process.stderr.write(`busybox-image: ${msg}\n`);
     process.exitCode = 1;
   });

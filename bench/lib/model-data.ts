@@ -139,7 +139,13 @@ export async function generateModelData(dir: string, params: ModelDataParams): P
   await w.bytes(
     'models/llm/config.json',
     JSON.stringify(
-      { architectures: ['FakeLM'], hidden_size: 4096, num_hidden_layers: 32, vocab_size: 32000, torch_dtype: 'float16' },
+      {
+        architectures: ['FakeLM'],
+        hidden_size: 4096,
+        num_hidden_layers: 32,
+        vocab_size: 32000,
+        torch_dtype: 'float16',
+      },
       null,
       2,
     ),
@@ -170,7 +176,13 @@ export async function generateModelData(dir: string, params: ModelDataParams): P
     const len = Buffer.alloc(8);
     len.writeBigUInt64LE(BigInt(Buffer.byteLength(h)));
     const name = `models/llm/model-0000${i + 1}-of-00003.safetensors`;
-    const kept = await w.random(name, body, params.seed, Buffer.concat([len, Buffer.from(h)]), i === 0 ? readBytes : 0);
+    const kept = await w.random(
+      name,
+      body,
+      params.seed,
+      Buffer.concat([len, Buffer.from(h)]),
+      i === 0 ? readBytes : 0,
+    );
     if (i === 0) {
       firstWeights = kept;
       tensors = t;

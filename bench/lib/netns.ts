@@ -76,7 +76,21 @@ export async function createShapedNetns(rateMbit: number): Promise<ShapedNetns> 
   try {
     await sh(['ip', 'netns', 'add', clientNs]);
     await sh(['ip', 'netns', 'add', serverNs]);
-    await sh(['ip', 'link', 'add', devC, 'netns', clientNs, 'type', 'veth', 'peer', 'name', devR, 'netns', serverNs]);
+    await sh([
+      'ip',
+      'link',
+      'add',
+      devC,
+      'netns',
+      clientNs,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      devR,
+      'netns',
+      serverNs,
+    ]);
     for (const [ns, dev, ip] of [
       [clientNs, devC, clientIp],
       [serverNs, devR, serverIp],

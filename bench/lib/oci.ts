@@ -58,13 +58,13 @@ export class HashCounter extends Transform {
 }
 
 export async function sha256File(path: string): Promise<{ digest: string; size: number }> {
-  const hc = new HashCounter();
-  await pipeline(createReadStream(path, { highWaterMark: 1 << 20 }), hc, async function* (src) {
-    for await (const _ of src) {
-      // drain
-    }
-  });
-  return { digest: hc.digest(), size: hc.bytes };
+  const h = createHash('sha256');
+  let size = 0;
+  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 20 })) {
+    h.update(chunk as Buffer);
+    size += (chunk as Buffer).length;
+  }
+  return { digest: 'sha256:' + h.digest('hex'), size };
 }
 
 export function blobPath(layout: string, digest: string): string {
@@ -159,7 +159,9 @@ export async function writeImage(
   } catch {
     // new layout
   }
-  index.manifests = index.manifests.filter((d) => d.annotations?.['org.opencontainers.image.ref.name'] !== tag);
+  index.manifests = index.manifests.filter(
+    (d) => d.annotations?.['org.opencontainers.image.ref.name'] !== tag,
+  );
   index.manifests.push({
     mediaType: MT_MANIFEST,
     digest: m.digest,

@@ -37,7 +37,9 @@ export function storageConf(dir: string, storage: StorageMode): string {
   ];
   if (storage.kind === 'als') lines.push(`additionallayerstores = ["${storage.mount}:ref"]`);
   if (storage.kind === 'partial') {
-    lines.push('pull_options = {enable_partial_images = "true", use_hard_links = "false", ostree_repos = ""}');
+    lines.push(
+      'pull_options = {enable_partial_images = "true", use_hard_links = "false", ostree_repos = ""}',
+    );
   }
   lines.push('', '[storage.options.overlay]', 'mountopt = "nodev"', '');
   return lines.join('\n');

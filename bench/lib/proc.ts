@@ -70,7 +70,12 @@ export async function run(cmd: string, args: readonly string[], opts: RunOptions
       child.once('error', (e) => {
         if (timer) clearTimeout(timer);
         reject(
-          new StoreError('E_IO', `cannot start ${cmd}: ${e.message}`, { cmd: describeCommand(cmd, args) }, { cause: e }),
+          new StoreError(
+            'E_IO',
+            `cannot start ${cmd}: ${e.message}`,
+            { cmd: describeCommand(cmd, args) },
+            { cause: e },
+          ),
         );
       });
       child.once('close', (c, s) => {
@@ -95,11 +100,15 @@ export async function run(cmd: string, args: readonly string[], opts: RunOptions
 
 export function commandError(cmd: string, args: readonly string[], r: RunResult): StoreError {
   const why = r.timedOut ? 'timed out' : r.signal ? `killed by ${r.signal}` : `exit code ${String(r.code)}`;
-  return new StoreError('E_IO', `${describeCommand(cmd, args).slice(0, 300)} failed (${why}): ${tail(r.stderr, 1500)}`, {
-    cmd: cmd,
-    code: r.code ?? undefined,
-    signal: r.signal ?? undefined,
-  });
+  return new StoreError(
+    'E_IO',
+    `${describeCommand(cmd, args).slice(0, 300)} failed (${why}): ${tail(r.stderr, 1500)}`,
+    {
+      cmd: cmd,
+      code: r.code ?? undefined,
+      signal: r.signal ?? undefined,
+    },
+  );
 }
 
 /** Absolute path of an executable on PATH (or the path itself if absolute and executable), else undefined. */

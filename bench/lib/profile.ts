@@ -1,4 +1,4 @@
-import { lstat, readFile, readlink, rm } from 'node:fs/promises';
+import { lstat, open, readFile, readlink, rm } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
 import { withRootBinds } from './rootfs.js';
@@ -13,11 +13,25 @@ import { run, which } from './proc.js';
  *    access recording writes once it exists.
  */
 
+export interface FileAccess {
+  /** Size of the regular file in the image. */
+  size: number;
+  /** Bytes read (read/pread) plus bytes mapped (mmap), when the source knows them. */
+  bytesRead?: number;
+  /** The file was executed (or loaded by the kernel as an interpreter). */
+  exec?: boolean;
+}
+
 export interface AccessProfile {
   source: string;
   /** Absolute image paths (symlinks resolved to the files they name), first-open order. */
   files: string[];
+  /** Per regular file (canonical path): size and what the source saw of its use. */
+  details: Record<string, FileAccess>;
 }
+
+/** Bump when recording or canonicalisation changes, so cached profiles are recorded again. */
+export const PROFILE_VERSION = 2;
 
 export interface ProfileContext {
   /** The image's root file system, assembled (all layers merged). */
@@ -34,7 +48,8 @@ export interface ProfileSource {
   record(ctx: ProfileContext): Promise<AccessProfile>;
 }
 
-const TRACE_RE = /^(?:\d+\s+)?(openat|open|execve|chroot)\((.*)\)\s+=\s+(-?\d+|\?)/;
+const TRACE_RE =
+  /^(?:(\d+)\s+)?(openat|open|execve|chroot|read|pread64|mmap)\((.*)\)\s+=\s+(-?\d+|0x[0-9a-f]+|\?)/;
 
 /** Extract the first argument string of a syscall argument list as strace prints it. Pure. */
 function firstPathArg(name: string, args: string): string | undefined {
@@ -80,32 +95,126 @@ function unescapeStrace(s: string): string {
   return Buffer.from(bytes).toString('utf8');
 }
 
+export interface TraceEvent {
+  path: string;
+  /** execve'd (its interpreter is loaded by the kernel, invisible to strace). */
+  exec: boolean;
+  /** Bytes read or mapped through descriptors opened on this path. */
+  bytes: number;
+}
+
 /**
  * Paths successfully opened or executed AFTER the first successful chroot (earlier events are the
- * host side of `chroot`). Relative paths are resolved against `cwd`. Pure.
+ * host side of the chroot), first occurrence only, with the bytes read (read, pread64) or mapped
+ * (mmap) through descriptors opened on them. Relative paths are resolved against `cwd`. Pure.
  */
-export function parseStraceOpens(text: string, cwd = '/'): string[] {
-  const seen = new Set<string>();
-  const out: string[] = [];
+export function parseStraceEvents(text: string, cwd = '/'): TraceEvent[] {
+  const byPath = new Map<string, TraceEvent>();
+  const fds = new Map<string, TraceEvent>();
   let inRoot = false;
   for (const line of text.split('\n')) {
     const m = TRACE_RE.exec(line.trim());
     if (!m) continue;
-    const [, name, args, ret] = m;
-    if (ret === '?' || Number(ret) < 0) continue;
+    const [, pid = '0', name, args, ret] = m;
+    if (ret === '?' || ret!.startsWith('-')) continue;
     if (name === 'chroot') {
       inRoot = true;
       continue;
     }
     if (!inRoot) continue;
+    if (name === 'read' || name === 'pread64' || name === 'mmap') {
+      const a = args!.split(', ');
+      const fd = name === 'mmap' ? a[4] : a[0];
+      const n = name === 'mmap' ? Number(a[1]) : Number(ret);
+      const ev = fds.get(`${pid}:${fd}`);
+      if (ev && Number.isFinite(n)) ev.bytes += n;
+      continue;
+    }
     const p = firstPathArg(name!, args!);
     if (p === undefined || p === '') continue;
     const abs = posix.normalize(p.startsWith('/') ? p : posix.join(cwd, p));
-    if (!seen.has(abs)) {
-      seen.add(abs);
-      out.push(abs);
+    let ev = byPath.get(abs);
+    if (!ev) {
+      ev = { path: abs, exec: false, bytes: 0 };
+      byPath.set(abs, ev);
     }
+    if (name === 'execve') ev.exec = true;
+    else fds.set(`${pid}:${ret}`, ev);
   }
+  return [...byPath.values()];
+}
+
+export function parseStraceOpens(text: string, cwd = '/'): string[] {
+  return parseStraceEvents(text, cwd).map((e) => e.path);
+}
+
+/**
+ * The program the kernel loads to run a file (never seen by strace): the `#!` interpreter of a script
+ * or PT_INTERP (the dynamic loader) of an ELF64 little-endian binary. `readAt` returns the bytes at
+ * [offset, offset+length) of the file, or fewer at its end.
+ */
+export async function interpreterOf(
+  readAt: (offset: number, length: number) => Promise<Buffer>,
+): Promise<string | undefined> {
+  const head = await readAt(0, 256);
+  if (head.length >= 2 && head[0] === 0x23 && head[1] === 0x21) {
+    const nl = head.indexOf(0x0a);
+    const line = head
+      .subarray(2, nl > 0 ? nl : head.length)
+      .toString()
+      .trim();
+    return line.split(/\s+/)[0] || undefined;
+  }
+  // \x7fELF, ELFCLASS64, little endian
+  if (head.length < 64 || head.readUInt32BE(0) !== 0x7f454c46 || head[4] !== 2 || head[5] !== 1)
+    return undefined;
+  const phoff = Number(head.readBigUInt64LE(0x20));
+  const phentsize = head.readUInt16LE(0x36);
+  const phnum = head.readUInt16LE(0x38);
+  if (phentsize < 56 || phnum > 512) return undefined;
+  const phdrs = await readAt(phoff, phentsize * phnum);
+  for (let i = 0; (i + 1) * phentsize <= phdrs.length; i++) {
+    const ph = phdrs.subarray(i * phentsize, (i + 1) * phentsize);
+    if (ph.readUInt32LE(0) !== 3) continue; // PT_INTERP
+    const len = Number(ph.readBigUInt64LE(32));
+    if (len > 4096) return undefined;
+    const s = (await readAt(Number(ph.readBigUInt64LE(8)), len)).toString('latin1');
+    return s.replace(/\0[^]*$/, '') || undefined;
+  }
+  return undefined;
+}
+
+async function interpreterInRoot(root: string, abs: string): Promise<string | undefined> {
+  let fh;
+  try {
+    fh = await open(join(root, abs), 'r');
+    const f = fh;
+    return await interpreterOf(async (offset, length) => {
+      const b = Buffer.alloc(length);
+      const { bytesRead } = await f.read(b, 0, length, offset);
+      return b.subarray(0, bytesRead);
+    });
+  } catch {
+    return undefined;
+  } finally {
+    await fh?.close();
+  }
+}
+
+/** Events with the interpreters of executed files inserted right after them (recursively). */
+export async function withInterpreters(root: string, events: readonly TraceEvent[]): Promise<TraceEvent[]> {
+  const out: TraceEvent[] = [];
+  const seen = new Set<string>();
+  const add = async (e: TraceEvent, depth: number) => {
+    if (seen.has(e.path)) return;
+    seen.add(e.path);
+    out.push(e);
+    if (!e.exec || depth > 4) return;
+    const r = await resolveInRoot(root, e.path);
+    const interp = r ? await interpreterInRoot(root, r.target) : undefined;
+    if (interp) await add({ path: posix.normalize(interp), exec: true, bytes: 0 }, depth + 1);
+  };
+  for (const e of events) await add(e, 0);
   return out;
 }
 
@@ -114,7 +223,10 @@ export function parseStraceOpens(text: string, cwd = '/'): string[] {
  * root, at most 40 hops). Returns every path on the way that is itself a symlink, then the final path,
  * or undefined if it does not exist.
  */
-export async function resolveInRoot(root: string, abs: string): Promise<{ links: string[]; target: string } | undefined> {
+export async function resolveInRoot(
+  root: string,
+  abs: string,
+): Promise<{ links: string[]; target: string } | undefined> {
   const links: string[] = [];
   let parts = abs.split('/').filter((s) => s.length > 0);
   let done: string[] = [];
@@ -146,26 +258,72 @@ export async function resolveInRoot(root: string, abs: string): Promise<{ links:
   return { links, target: '/' + done.join('/') };
 }
 
-/** Keep regular files of the rootfs (plus the symlinks leading to them), in order, without duplicates. */
-export async function canonicalizeProfile(root: string, paths: readonly string[]): Promise<string[]> {
-  const out: string[] = [];
+export interface Access {
+  path: string;
+  exec?: boolean;
+  bytes?: number;
+}
+
+/**
+ * Keep regular files of the rootfs (plus the symlinks leading to them), in order, without duplicates;
+ * per canonical file its size and the accesses folded onto it.
+ */
+export async function canonicalizeProfile(
+  root: string,
+  accesses: readonly (Access | string)[],
+): Promise<{ files: string[]; details: Record<string, FileAccess> }> {
+  const files: string[] = [];
+  const details: Record<string, FileAccess> = {};
   const seen = new Set<string>();
   const add = (p: string) => {
     if (!seen.has(p)) {
       seen.add(p);
-      out.push(p);
+      files.push(p);
     }
   };
-  for (const p of paths) {
-    if (/^\/(proc|sys|dev)(\/|$)/.test(p)) continue;
-    const r = await resolveInRoot(root, p);
+  for (const a of accesses) {
+    const acc: Access = typeof a === 'string' ? { path: a } : a;
+    if (/^\/(proc|sys|dev)(\/|$)/.test(acc.path)) continue;
+    const r = await resolveInRoot(root, acc.path);
     if (!r) continue;
     const st = await lstat(join(root, r.target)).catch(() => undefined);
     if (!st?.isFile()) continue;
     for (const l of r.links) add(l);
     add(r.target);
+    const d = (details[r.target] ??= { size: st.size });
+    if (acc.bytes !== undefined) d.bytesRead = (d.bytesRead ?? 0) + acc.bytes;
+    if (acc.exec) d.exec = true;
   }
-  return out;
+  return { files, details };
+}
+
+export interface PrioritizePolicy {
+  /** Files up to this size are always prioritised (default 16 MiB). */
+  wholeFileMax: number;
+  /** Bigger files only when at least this fraction was read or mapped (default 0.25). */
+  minCoverage: number;
+}
+
+export const DEFAULT_POLICY: PrioritizePolicy = { wholeFileMax: 16 << 20, minCoverage: 0.25 };
+
+/**
+ * Which profile entries to move to the front of the optimised layers. Prioritised files are fetched
+ * whole before the container needs them, so a big file of which the entrypoint reads a few MiB (a
+ * model shard) is left to on-demand reads instead. Executables and files of unknown coverage stay. Pure.
+ */
+export function selectPrioritized(
+  p: AccessProfile,
+  policy: PrioritizePolicy = DEFAULT_POLICY,
+): { files: string[]; skipped: Array<{ path: string; size: number; bytesRead: number }> } {
+  const skipped: Array<{ path: string; size: number; bytesRead: number }> = [];
+  const files = p.files.filter((f) => {
+    const d = p.details[f];
+    if (!d || d.exec || d.size <= policy.wholeFileMax || d.bytesRead === undefined) return true;
+    if (d.bytesRead >= d.size * policy.minCoverage) return true;
+    skipped.push({ path: f, size: d.size, bytesRead: d.bytesRead });
+    return false;
+  });
+  return { files, skipped };
 }
 
 export class StraceProfileSource implements ProfileSource {
@@ -173,7 +331,10 @@ export class StraceProfileSource implements ProfileSource {
 
   async record(ctx: ProfileContext): Promise<AccessProfile> {
     if (!(await which('strace'))) {
-      throw new StoreError('E_NOT_FOUND', 'strace is required to record an access profile (apt package strace)');
+      throw new StoreError(
+        'E_NOT_FOUND',
+        'strace is required to record an access profile (apt package strace)',
+      );
     }
     const out = join(ctx.scratch, `strace-${process.pid}.out`);
     // env and unshare are host binaries; unshare --root is the chroot() that starts the recording
@@ -181,10 +342,11 @@ export class StraceProfileSource implements ProfileSource {
       'strace',
       '-f',
       '-qq',
+      // -s 0: read() buffers are not printed (paths always are, whole)
       '-s',
-      '4096',
+      '0',
       '-e',
-      'trace=open,openat,execve,chroot',
+      'trace=open,openat,execve,chroot,read,pread64,mmap',
       '-e',
       'status=successful',
       '-o',
@@ -199,12 +361,16 @@ export class StraceProfileSource implements ProfileSource {
     ]);
     const r = await run(traced[0]!, traced.slice(1), { allowFail: true, timeoutMs: 10 * 60_000 });
     if (r.code !== 0) {
-      throw new StoreError('E_IO', `profile run of ${ctx.argv.join(' ')} failed (exit ${String(r.code)}): ${r.stderr.slice(-800)}`);
+      throw new StoreError(
+        'E_IO',
+        `profile run of ${ctx.argv.join(' ')} failed (exit ${String(r.code)}): ${r.stderr.slice(-800)}`,
+      );
     }
     const text = await readFile(out, 'utf8');
     await rm(out, { force: true });
-    const files = await canonicalizeProfile(ctx.rootfs, parseStraceOpens(text, ctx.workingDir));
-    return { source: 'strace', files };
+    const events = parseStraceEvents(text, ctx.workingDir);
+    const c = await canonicalizeProfile(ctx.rootfs, await withInterpreters(ctx.rootfs, events));
+    return { source: 'strace', ...c };
   }
 }
 
@@ -226,7 +392,7 @@ export class FileProfileSource implements ProfileSource {
       list = text.split('\n').map((s) => s.trim());
     }
     const abs = list.filter((s) => s.length > 0).map((s) => (s.startsWith('/') ? s : '/' + s));
-    return { source: this.name, files: await canonicalizeProfile(ctx.rootfs, abs) };
+    return { source: this.name, ...(await canonicalizeProfile(ctx.rootfs, abs)) };
   }
 }
 
@@ -240,7 +406,10 @@ export function profileSource(spec: string): ProfileSource {
  * The prioritize list for one layer: profile files (made relative) that the layer itself provides,
  * assigning each path to the topmost layer that has it (that copy is the one the container reads). Pure.
  */
-export function prioritizeForLayers(profile: readonly string[], layerEntries: readonly ReadonlySet<string>[]): string[][] {
+export function prioritizeForLayers(
+  profile: readonly string[],
+  layerEntries: readonly ReadonlySet<string>[],
+): string[][] {
   const out = layerEntries.map(() => [] as string[]);
   for (const abs of profile) {
     const rel = abs.replace(/^\/+/, '');

@@ -130,7 +130,12 @@ export async function startShapingProxy(opts: ProxyOptions): Promise<ShapingProx
   const server: Server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => {
     stats.connections++;
     sockets.add(client);
-    const target = connect({ host: opts.targetHost, port: opts.targetPort, allowHalfOpen: true, noDelay: true });
+    const target = connect({
+      host: opts.targetHost,
+      port: opts.targetPort,
+      allowHalfOpen: true,
+      noDelay: true,
+    });
     target.pause();
     sockets.add(target);
     client.setNoDelay(true);

@@ -17,7 +17,11 @@ export function isolatedCacheArgv(argv: string[]): string[] {
   return ['unshare', '-m', '--propagation', 'private', 'sh', '-c', script, 'sh', ...argv];
 }
 
-async function runIsolated(argv: string[], env?: NodeJS.ProcessEnv, timeoutMs = 60 * 60_000): Promise<RunResult> {
+async function runIsolated(
+  argv: string[],
+  env?: NodeJS.ProcessEnv,
+  timeoutMs = 60 * 60_000,
+): Promise<RunResult> {
   const full = isolatedCacheArgv(argv);
   return await run(full[0]!, full.slice(1), { env: env ?? process.env, timeoutMs });
 }
@@ -84,7 +88,11 @@ export interface RemoteManifest {
 }
 
 /** GET a manifest (the Accept header is required: without it this registry answers 404 for OCI). */
-export async function fetchManifest(host: string, repo: string, tag: string): Promise<RemoteManifest | undefined> {
+export async function fetchManifest(
+  host: string,
+  repo: string,
+  tag: string,
+): Promise<RemoteManifest | undefined> {
   const res = await fetch(`http://${host}/v2/${repo}/manifests/${tag}`, {
     headers: { Accept: `${MT_MANIFEST}, application/vnd.docker.distribution.manifest.v2+json` },
   });

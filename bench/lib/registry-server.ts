@@ -193,7 +193,9 @@ export async function startBenchRegistry(opts: RegistryLaunch): Promise<BenchReg
     }
     if (performance.now() > deadline) {
       await undo();
-      throw new StoreError('E_DEADLINE', `docker-registry did not listen on ${host}: ${tail(errText)}`, { host });
+      throw new StoreError('E_DEADLINE', `docker-registry did not listen on ${host}: ${tail(errText)}`, {
+        host,
+      });
     }
     // from a namespace we cannot dial directly: trust the log line instead
     if (opts.netns ? /listening on/.test(errText) : await canConnect(dialHost, port)) break;

@@ -52,7 +52,8 @@ export async function ensureDebootstrap(): Promise<void> {
     await run('apt-get', ['-o', 'DPkg::Lock::Timeout=600', '-qq', 'update'], { env });
     await run('apt-get', [...apt, 'install', 'debootstrap'], { env });
   }
-  if (!(await which('debootstrap'))) throw new StoreError('E_NOT_FOUND', 'debootstrap still missing after apt-get');
+  if (!(await which('debootstrap')))
+    throw new StoreError('E_NOT_FOUND', 'debootstrap still missing after apt-get');
 }
 
 async function exists(p: string): Promise<boolean> {
@@ -134,7 +135,17 @@ export function withRootBinds(root: string, inner: string[], network = false): s
     `mount -t proc proc "$R/proc"`,
     ...(network ? [`mount --bind /etc/resolv.conf "$R/etc/resolv.conf"`] : []),
   ].join(' && ');
-  return ['unshare', '-m', '--propagation', 'private', 'sh', '-c', `R="$0"; ${binds} && exec "$@"`, root, ...inner];
+  return [
+    'unshare',
+    '-m',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    `R="$0"; ${binds} && exec "$@"`,
+    root,
+    ...inner,
+  ];
 }
 
 /** `inner` (image paths) chrooted into `root`, with the binds of withRootBinds. */

@@ -40,6 +40,7 @@ export function summarize(values: readonly number[]): Summary {
 
 /** a / b, or undefined when either side is missing or b is not positive. */
 export function ratio(a: number | undefined, b: number | undefined): number | undefined {
-  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b <= 0) return undefined;
+  if (a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || b <= 0)
+    return undefined;
   return a / b;
 }

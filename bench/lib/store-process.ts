@@ -153,7 +153,9 @@ export async function startStore(o: StoreLaunchOptions): Promise<RunningStore> {
   while (true) {
     if (exit) {
       await undo();
-      const why = spawnError ? spawnError.message : `exit code ${String(exit.code)} signal ${String(exit.signal)}`;
+      const why = spawnError
+        ? spawnError.message
+        : `exit code ${String(exit.code)} signal ${String(exit.signal)}`;
       throw new StoreError('E_IO', `store exited before mounting (${why}): ${tail(recent, 1500)}`, {
         path: o.mountpoint,
       });
@@ -162,9 +164,13 @@ export async function startStore(o: StoreLaunchOptions): Promise<RunningStore> {
     if (m?.fsType.startsWith('fuse')) break;
     if (performance.now() > deadline) {
       await undo();
-      throw new StoreError('E_DEADLINE', `store did not mount within ${o.readyTimeoutMs ?? 30_000} ms: ${tail(recent, 1500)}`, {
-        path: o.mountpoint,
-      });
+      throw new StoreError(
+        'E_DEADLINE',
+        `store did not mount within ${o.readyTimeoutMs ?? 30_000} ms: ${tail(recent, 1500)}`,
+        {
+          path: o.mountpoint,
+        },
+      );
     }
     await sleep(100);
   }

@@ -41,14 +41,22 @@ export function loadWriter(): Promise<WriterModule> {
     try {
       mod = (await import(WRITER_MODULE)) as Partial<WriterModule>;
     } catch (err) {
-      throw new StoreError('E_UNSUPPORTED_FORMAT', `our layer writer is not available: ${(err as Error).message}`, {
-        path: WRITER_MODULE,
-      });
+      throw new StoreError(
+        'E_UNSUPPORTED_FORMAT',
+        `our layer writer is not available: ${(err as Error).message}`,
+        {
+          path: WRITER_MODULE,
+        },
+      );
     }
     if (typeof mod.buildLayerToFile !== 'function') {
-      throw new StoreError('E_UNSUPPORTED_FORMAT', 'src/format/writer/index.js does not export buildLayerToFile', {
-        path: WRITER_MODULE,
-      });
+      throw new StoreError(
+        'E_UNSUPPORTED_FORMAT',
+        'src/format/writer/index.js does not export buildLayerToFile',
+        {
+          path: WRITER_MODULE,
+        },
+      );
     }
     return mod as WriterModule;
   })();

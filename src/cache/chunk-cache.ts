@@ -186,7 +186,9 @@ export class ChunkCache {
       return undefined;
     }
     if (this.index.has(hex)) this.index.touch(hex);
-    else this.index.add(hex, footprint(data.length));
+    // Unknown before the scan finished: a file from an earlier run. After it: evicted while we
+    // were reading, so the file is gone and must not be indexed again.
+    else if (!this.scanned) this.index.add(hex, footprint(data.length));
     this.memory.set(hex, data);
     this.counters.diskHits++;
     // mtime records recency for the LRU order rebuilt after a restart.

@@ -27,16 +27,22 @@ dec.on('error', (e) => { failed = true; parentPort.postMessage({ t: 'error', mes
 dec.on('end', () => { if (!failed) parentPort.postMessage({ t: 'done', digest: 'sha256:' + hash.digest('hex'), size }); });
 parentPort.on('message', (m) => {
   if (failed) return;
-  if (m.t === 'data') dec.write(Buffer.from(m.b.buffer, m.b.byteOffset, m.b.byteLength), () => parentPort.postMessage({ t: 'ack', id: m.id }));
+  // the slot is reused by the main thread after the ack, i.e. once the decoder consumed it
+  if (m.t === 'data') dec.write(Buffer.from(workerData.shared, m.slot * workerData.piece, m.len), () => parentPort.postMessage({ t: 'ack', id: m.id }));
   else if (m.t === 'end') dec.end();
 });
 `;
 
 const zstdPath = createRequire(import.meta.url).resolve('zstd-napi');
-/** Pieces posted to the worker (one short copy each, then transferred). */
+/** Bytes per piece handed to the worker. */
 const PIECE = 512 * 1024;
 /** Few pieces queued: a pause for on-demand work then takes effect within ~1 MiB of work. */
 const MAX_QUEUED = 2;
+/**
+ * Pieces travel through a small shared ring (no allocation per piece: fresh ArrayBuffers for
+ * every piece of a multi-GB layer would keep V8 busy with external-memory GCs).
+ */
+const SLOTS = MAX_QUEUED + 1;
 
 interface WorkerMessage {
   t: 'ack' | 'done' | 'error';
@@ -54,9 +60,13 @@ export class StreamDigest {
   private result: Promise<{ digest: string; size: number }>;
   private failure: Error | undefined;
   private queued: Array<Promise<void>> = [];
+  private readonly ring = new SharedArrayBuffer(PIECE * SLOTS);
 
   constructor(compression: Compression) {
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { compression, zstdPath } });
+    this.worker = new Worker(WORKER_SOURCE, {
+      eval: true,
+      workerData: { compression, zstdPath, shared: this.ring, piece: PIECE },
+    });
     this.result = new Promise((resolve, reject) => {
       this.worker.on('message', (m: WorkerMessage) => {
         if (m.t === 'ack' && m.id !== undefined) {
@@ -96,11 +106,11 @@ export class StreamDigest {
       const acked = new Promise<void>((resolve, reject) => this.acks.set(id, { resolve, reject }));
       acked.catch(() => undefined);
       this.queued.push(acked);
-      // Structured clone of a view copies its WHOLE ArrayBuffer (the entire fetch unit), so copy
-      // just this piece into its own buffer and transfer it.
-      const ab = new ArrayBuffer(piece.length);
-      new Uint8Array(ab).set(piece);
-      this.worker.postMessage({ t: 'data', id, b: new Uint8Array(ab) }, [ab]);
+      // At most SLOTS pieces are unacknowledged here (see the wait below), so slot id % SLOTS
+      // was acknowledged (consumed) before it is overwritten.
+      const slot = id % SLOTS;
+      new Uint8Array(this.ring, slot * PIECE, piece.length).set(piece);
+      this.worker.postMessage({ t: 'data', id, slot, len: piece.length });
       while (this.queued.length > MAX_QUEUED) await this.queued.shift();
     }
   }

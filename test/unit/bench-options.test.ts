@@ -65,12 +65,15 @@ describe('bench options', () => {
       'lazy-esgz-opt',
       'lazy-zstd-chunked',
     ]);
-    expect(allModes(true).filter((m) => m.store === 'baseline').map((m) => m.format)).toEqual([
-      'estargz',
-      'esgz-opt',
-      'zstd-chunked',
+    expect(
+      allModes(true)
+        .filter((m) => m.store === 'baseline')
+        .map((m) => m.format),
+    ).toEqual(['estargz', 'esgz-opt', 'zstd-chunked']);
+    expect(selectModes('full-gzip,lazy-estargz', false).map((m) => m.id)).toEqual([
+      'full-gzip',
+      'lazy-estargz',
     ]);
-    expect(selectModes('full-gzip,lazy-estargz', false).map((m) => m.id)).toEqual(['full-gzip', 'lazy-estargz']);
     expect(() => selectModes('baseline-estargz', false)).toThrow(/unknown mode/);
   });
 });
@@ -85,7 +88,9 @@ describe('generated configs', () => {
     expect(als.storage.runroot).toBe('/w/p/run');
     expect(als.storage.options.additionallayerstores).toEqual(['/w/m:ref']);
     expect(als.storage.options.pull_options).toBeUndefined();
-    const partial = parseToml(storageConf('/w/p', { kind: 'partial' })) as { storage: { options: Record<string, unknown> } };
+    const partial = parseToml(storageConf('/w/p', { kind: 'partial' })) as {
+      storage: { options: Record<string, unknown> };
+    };
     expect(partial.storage.options.pull_options).toMatchObject({ enable_partial_images: 'true' });
     expect(partial.storage.options.additionallayerstores).toBeUndefined();
   });

@@ -3,10 +3,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseMountinfo } from '../../bench/lib/mounts.js';
+import { execFile } from 'node:child_process';
+import { open as openFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import {
   canonicalizeProfile,
+  interpreterOf,
+  withInterpreters,
+  parseStraceEvents,
   parseStraceOpens,
   prioritizeForLayers,
+  selectPrioritized,
   resolveInRoot,
 } from '../../bench/lib/profile.js';
 import { parseProcSample } from '../../bench/lib/store-process.js';
@@ -29,6 +36,44 @@ const STRACE = `4100  execve("/usr/bin/env", ["env", "-i"], 0x7ffd /* 20 vars */
 4100  +++ exited with 0 +++`;
 
 describe('strace parsing', () => {
+  it('attributes read, pread64 and mmap bytes to the path behind each descriptor', () => {
+    const text = [
+      '7  chroot("/r") = 0',
+      '7  openat(AT_FDCWD, "/m/w.bin", O_RDONLY|O_CLOEXEC) = 3',
+      '7  read(3, ""..., 8) = 8',
+      '7  pread64(3, ""..., 1048576, 4096) = 1048576',
+      '8  read(3, ""..., 100) = 100', // another process: its fd 3 is something else
+      '7  openat(AT_FDCWD, "/lib/libc.so.6", O_RDONLY|O_CLOEXEC) = 4',
+      '7  mmap(NULL, 2000000, PROT_READ, MAP_PRIVATE|MAP_DENYWRITE, 4, 0) = 0x7f0000000000',
+      '7  mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0) = 0x7f0000200000',
+      '7  openat(AT_FDCWD, "/etc/x", O_RDONLY) = 3', // fd 3 reused: later reads count for /etc/x
+      '7  read(3, ""..., 64) = 10',
+      '7  read(3, "", 64) = 0',
+    ].join('\n');
+    expect(parseStraceEvents(text)).toEqual([
+      { path: '/m/w.bin', exec: false, bytes: 8 + 1048576 },
+      { path: '/lib/libc.so.6', exec: false, bytes: 2000000 },
+      { path: '/etc/x', exec: false, bytes: 10 },
+    ]);
+  });
+
+  it('prioritises small, executed, well-covered or unknown files, not big barely-read ones', () => {
+    const MiB = 1 << 20;
+    const got = selectPrioritized({
+      source: 't',
+      files: ['/bin/big-exec', '/small', '/shard', '/covered', '/unknown', '/link'],
+      details: {
+        '/bin/big-exec': { size: 100 * MiB, bytesRead: 0, exec: true },
+        '/small': { size: 16 * MiB, bytesRead: 0 },
+        '/shard': { size: 400 * MiB, bytesRead: 8 * MiB },
+        '/covered': { size: 40 * MiB, bytesRead: 10 * MiB },
+        '/unknown': { size: 400 * MiB },
+      },
+    });
+    expect(got.files).toEqual(['/bin/big-exec', '/small', '/covered', '/unknown', '/link']);
+    expect(got.skipped).toEqual([{ path: '/shard', size: 400 * MiB, bytesRead: 8 * MiB }]);
+  });
+
   it('keeps successful opens and execs after the chroot, in first-open order, resolved against cwd', () => {
     const got = parseStraceOpens(STRACE, '/app');
     expect(got).toEqual([
@@ -83,27 +128,75 @@ describe('paths inside an image root', () => {
     expect(await resolveInRoot(root, '/nope')).toBeUndefined();
   });
 
+  it('inserts the interpreter chain right after each executed file', async () => {
+    await writeFile(join(root, 'app/tool.sh'), '#!/bin/python3\n');
+    const got = await withInterpreters(root, [
+      { path: '/app/tool.sh', exec: true, bytes: 0 },
+      { path: '/app/run.py', exec: false, bytes: 5 },
+      { path: '/app/tool.sh', exec: true, bytes: 0 },
+    ]);
+    // /bin/python3 is a text file here ("py"), so the chain stops there
+    expect(got.map((e) => e.path)).toEqual(['/app/tool.sh', '/bin/python3', '/app/run.py']);
+    expect(got[1]!.exec).toBe(true);
+  });
+
   it('canonicalises a profile to regular files plus their links, without duplicates or /proc', async () => {
     const got = await canonicalizeProfile(root, [
-      '/bin/python3',
+      { path: '/bin/python3', exec: true },
       '/proc/self/maps',
-      '/usr/bin/python3.11',
+      { path: '/usr/bin/python3.11', bytes: 2 },
       '/app',
-      '/app/run.py',
+      { path: '/app/run.py', bytes: 1 },
       '/missing',
     ]);
-    expect(got).toEqual(['/bin', '/usr/bin/python3', '/usr/bin/python3.11', '/app/run.py']);
+    expect(got.files).toEqual(['/bin', '/usr/bin/python3', '/usr/bin/python3.11', '/app/run.py']);
+    // accesses through links fold onto the file they name
+    expect(got.details).toEqual({
+      '/usr/bin/python3.11': { size: 2, exec: true, bytesRead: 2 },
+      '/app/run.py': { size: 1, bytesRead: 1 },
+    });
+  });
+});
+
+describe('interpreters of executed files', () => {
+  const fileReader = (path: string) => async (offset: number, length: number) => {
+    const fh = await openFile(path, 'r');
+    try {
+      const b = Buffer.alloc(length);
+      const { bytesRead } = await fh.read(b, 0, length, offset);
+      return b.subarray(0, bytesRead);
+    } finally {
+      await fh.close();
+    }
+  };
+
+  it('finds PT_INTERP of a dynamic ELF binary like readelf does', async () => {
+    const { stdout } = await promisify(execFile)('readelf', ['-l', '/usr/bin/ls']);
+    const want = /Requesting program interpreter: ([^\]]+)\]/.exec(stdout)![1];
+    expect(await interpreterOf(fileReader('/usr/bin/ls'))).toBe(want);
+    // static binaries have none
+    expect(await interpreterOf(fileReader('/bin/busybox'))).toBeUndefined();
+  });
+
+  it('reads the #! line of scripts and ignores data files', async () => {
+    const buf = (s: string) => async (o: number, l: number) => Buffer.from(s).subarray(o, o + l);
+    expect(await interpreterOf(buf('#!/usr/bin/env python3\nprint(1)\n'))).toBe('/usr/bin/env');
+    expect(await interpreterOf(buf('#! /bin/sh -e\n'))).toBe('/bin/sh');
+    expect(await interpreterOf(buf('plain text'))).toBeUndefined();
+    expect(await interpreterOf(buf('\x7fELF'))).toBeUndefined();
   });
 });
 
 describe('prioritize per layer', () => {
   it('gives each file to the topmost layer that has it, keeping profile order', () => {
-    const layers = [new Set(['etc/passwd', 'usr/bin/python3']), new Set(['usr/bin/python3', 'app/a']), new Set(['app/b'])];
-    expect(prioritizeForLayers(['/app/b', '/usr/bin/python3', '/etc/passwd', '/app/a', '/not/there'], layers)).toEqual([
-      ['etc/passwd'],
-      ['usr/bin/python3', 'app/a'],
-      ['app/b'],
-    ]);
+    const layers = [
+      new Set(['etc/passwd', 'usr/bin/python3']),
+      new Set(['usr/bin/python3', 'app/a']),
+      new Set(['app/b']),
+    ];
+    expect(
+      prioritizeForLayers(['/app/b', '/usr/bin/python3', '/etc/passwd', '/app/a', '/not/there'], layers),
+    ).toEqual([['etc/passwd'], ['usr/bin/python3', 'app/a'], ['app/b']]);
   });
 });
 

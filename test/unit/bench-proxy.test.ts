@@ -20,7 +20,10 @@ async function listen(handler: (s: Socket) => void, allowHalfOpen = false): Prom
 }
 
 /** Connect, optionally send `payload` then FIN, collect everything until the peer closes. */
-function exchange(port: number, payload?: Buffer): Promise<{ data: Buffer; firstByteMs: number; totalMs: number }> {
+function exchange(
+  port: number,
+  payload?: Buffer,
+): Promise<{ data: Buffer; firstByteMs: number; totalMs: number }> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     let first = -1;
@@ -76,7 +79,11 @@ describe('shaping proxy', () => {
         s.end(Buffer.concat([createHash('sha256').update(all).digest(), all]));
       });
     }, true);
-    const proxy = await startShapingProxy({ targetHost: '127.0.0.1', targetPort: port, shape: { delayMs: 0 } });
+    const proxy = await startShapingProxy({
+      targetHost: '127.0.0.1',
+      targetPort: port,
+      shape: { delayMs: 0 },
+    });
     proxies.push(proxy);
     const results = await Promise.all([1, 2, 3].map(() => exchange(proxy.port, payload)));
     const want = createHash('sha256').update(payload).digest();
@@ -95,7 +102,11 @@ describe('shaping proxy', () => {
       s.on('data', () => undefined);
       s.on('end', () => s.end('late reply'));
     }, true);
-    const proxy = await startShapingProxy({ targetHost: '127.0.0.1', targetPort: port, shape: { delayMs: 40 } });
+    const proxy = await startShapingProxy({
+      targetHost: '127.0.0.1',
+      targetPort: port,
+      shape: { delayMs: 40 },
+    });
     proxies.push(proxy);
     const r = await exchange(proxy.port, Buffer.from('request'));
     expect(r.data.toString()).toBe('late reply');
@@ -104,7 +115,11 @@ describe('shaping proxy', () => {
   it('adds the handshake round trip plus one RTT before the first byte of a reply', async () => {
     const port = await listen((s) => s.end('x'));
     const delay = 60;
-    const proxy = await startShapingProxy({ targetHost: '127.0.0.1', targetPort: port, shape: { delayMs: delay } });
+    const proxy = await startShapingProxy({
+      targetHost: '127.0.0.1',
+      targetPort: port,
+      shape: { delayMs: delay },
+    });
     proxies.push(proxy);
     const r = await exchange(proxy.port);
     // server speaks first: handshake (2 x delay) + one-way delay back
@@ -116,7 +131,11 @@ describe('shaping proxy', () => {
     const size = 1_500_000;
     const port = await listen((s) => s.end(randomBytes(size)));
     const rate = 1_000_000; // 8 Mbit/s
-    const proxy = await startShapingProxy({ targetHost: '127.0.0.1', targetPort: port, shape: { rateBytesPerSec: rate, delayMs: 5 } });
+    const proxy = await startShapingProxy({
+      targetHost: '127.0.0.1',
+      targetPort: port,
+      shape: { rateBytesPerSec: rate, delayMs: 5 },
+    });
     proxies.push(proxy);
     const r = await exchange(proxy.port);
     expect(r.data.length).toBe(size);

@@ -23,7 +23,13 @@ function it_(i: number, pullS: number, runS: number, extra: Partial<IterationRes
   };
 }
 
-function cell(image: string, network: string, mode: string, iterations: IterationResult[], skipped?: string): Cell {
+function cell(
+  image: string,
+  network: string,
+  mode: string,
+  iterations: IterationResult[],
+  skipped?: string,
+): Cell {
   return { image, network, mode, label: mode, format: mode, iterations, ...(skipped ? { skipped } : {}) };
 }
 
@@ -91,7 +97,9 @@ describe('bench report', () => {
     const md = renderMarkdown({ title: 'T', lines: ['machine line'] }, s);
     expect(md).toContain('## Network: loopback');
     expect(md).toContain('## Network: 100mbit-30ms');
-    expect(md).toMatch(/\| large \| lazy-estargz \| 1\.00 \/ 1\.00 \| 3\.50 \/ 3\.95 \| 4\.50 \/ 4\.95 \| 0\.15x \| 0\.45x \|/);
+    expect(md).toMatch(
+      /\| large \| lazy-estargz \| 1\.00 \/ 1\.00 \| 3\.50 \/ 3\.95 \| 4\.50 \/ 4\.95 \| 0\.15x \| 0\.45x \|/,
+    );
     expect(md).toContain('## Failures');
     // a pipe inside a reason must not break the table syntax
     expect(md).toContain('store exited before mounting \\| with a pipe');

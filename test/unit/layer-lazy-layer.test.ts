@@ -1,5 +1,5 @@
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -212,6 +212,28 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     const n = source.requestCount;
     expect((await layer.read(big, 0, 10)).equals(fx.files.get('big')!.subarray(0, 10))).toBe(true);
     expect(source.requestCount).toBe(n);
+  });
+
+  it('a corrupted cache file is detected and the chunk refetched, never served', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    const big = node(fx, 'big');
+    const want = fx.files.get('big')!.subarray(0, chunkSize);
+    expect((await layer.read(big, 0, chunkSize)).equals(want)).toBe(true);
+    await cache.flush();
+    const hex = big.chunks[0]!.digest.slice(7);
+    const file = join(root, 'cache', 'chunks', 'sha256', hex.slice(0, 2), hex);
+    const bytes = await readFile(file);
+    bytes[10] = bytes[10]! ^ 1;
+    await writeFile(file, bytes);
+    cache.dropMemory();
+    const before = source.requestCount;
+    expect((await layer.read(big, 0, chunkSize)).equals(want)).toBe(true);
+    expect(source.requestCount).toBe(before + 1);
+    expect(cache.stats().corrupt).toBe(1);
+    await cache.flush();
+    expect((await readFile(file)).equals(want)).toBe(true);
   });
 
   it('a deadline of 0 means no deadline', async () => {
