@@ -297,6 +297,13 @@ async function main(): Promise<void> {
     caches.push(c);
     return c;
   };
+  /** Release a cache's memory and files so later measurements start from the same state. */
+  const dropCache = async (c: ChunkCache): Promise<void> => {
+    await c.close();
+    c.dropMemory();
+    caches.splice(caches.indexOf(c), 1);
+    await rm(c.paths.base, { recursive: true, force: true });
+  };
   let server: BlobServer | undefined;
   let source: HttpSource | undefined;
   try {
@@ -347,6 +354,7 @@ async function main(): Promise<void> {
       console.log(`  warm, memory cache:         p50 ${ms(warmMem.p50)}  p99 ${ms(warmMem.p99)}`);
       console.log(`  warm, disk cache:           p50 ${ms(warmDisk.p50)}  p99 ${ms(warmDisk.p99)}`);
       Object.assign(results, { cold, warmMem, warmDisk });
+      await dropCache(cache);
     }
 
     // 2. warm throughput (whole layer in memory; sequential 128 KiB reads copied out, like FUSE)
@@ -396,6 +404,8 @@ async function main(): Promise<void> {
       );
       console.log(`  disk cache, chunk-sized reads (sha256-verified): ${(diskRate / 1e9).toFixed(2)} GB/s`);
       Object.assign(results, { warmThroughputGBps: best / 1e9, diskThroughputGBps: diskRate / 1e9 });
+      await dropCache(diskCache);
+      await dropCache(cache);
     }
 
     // 3. on-demand latency with and without background fetch on another layer; rounds interleave
@@ -410,35 +420,51 @@ async function main(): Promise<void> {
       let lagMax = 0;
       let bgBytes = 0;
       const n = Math.max(50, Math.floor(a.reads / 2));
+      const runIdle = async (ops: ReadOp[]): Promise<void> => {
+        const cache = await newCache();
+        const layer = mkLayer(cache, new FetchScheduler({ quietMs }));
+        // same preamble as with background: 'quiet + 50' ms of nothing before the reads
+        await sleep(Math.max(50, quietMs + 50));
+        const t = await timedReads(layer, ops, a.thinkMs);
+        idle.push(...t);
+        idleP99.push(summary(t).p99);
+        await dropCache(cache);
+      };
+      const runBg = async (ops: ReadOp[]): Promise<void> => {
+        const scheduler = new FetchScheduler({ quietMs });
+        const cache = await newCache();
+        const bgCache = await newCache();
+        const layer = mkLayer(cache, scheduler);
+        const bg = mkLayer(bgCache, scheduler, {
+          backgroundFetch: true,
+          expectedDiffID: diffID,
+          layerKey: 'bench-bg',
+        });
+        const lag = monitorEventLoopDelay({ resolution: 5 });
+        lag.enable();
+        bg.start();
+        await sleep(Math.max(50, quietMs + 50));
+        const before = bg.state().bytesFetched;
+        const t = await timedReads(layer, ops, a.thinkMs);
+        lag.disable();
+        bgBytes = Math.max(bgBytes, bg.state().bytesFetched - before);
+        await bg.close();
+        withBg.push(...t);
+        bgP99.push(summary(t).p99);
+        lagP99 = Math.max(lagP99, lag.percentile(99) / 1e6);
+        lagMax = Math.max(lagMax, lag.max / 1e6);
+        await dropCache(cache);
+        await dropCache(bgCache);
+      };
       for (let round = 0; round < a.rounds; round++) {
         const ops = distinctChunkReads(files, n, 128 * 1024);
-        {
-          const layer = mkLayer(await newCache(), new FetchScheduler({ quietMs }));
-          const t = await timedReads(layer, ops, a.thinkMs);
-          idle.push(...t);
-          idleP99.push(summary(t).p99);
-        }
-        {
-          const scheduler = new FetchScheduler({ quietMs });
-          const layer = mkLayer(await newCache(), scheduler);
-          const bg = mkLayer(await newCache(), scheduler, {
-            backgroundFetch: true,
-            expectedDiffID: diffID,
-            layerKey: 'bench-bg',
-          });
-          const lag = monitorEventLoopDelay({ resolution: 5 });
-          lag.enable();
-          bg.start();
-          await sleep(Math.max(50, quietMs + 50));
-          const before = bg.state().bytesFetched;
-          const t = await timedReads(layer, ops, a.thinkMs);
-          lag.disable();
-          bgBytes = Math.max(bgBytes, bg.state().bytesFetched - before);
-          await bg.close();
-          withBg.push(...t);
-          bgP99.push(summary(t).p99);
-          lagP99 = Math.max(lagP99, lag.percentile(99) / 1e6);
-          lagMax = Math.max(lagMax, lag.max / 1e6);
+        // alternate the order so drift on the machine does not favour one condition
+        if (round % 2 === 0) {
+          await runIdle(ops);
+          await runBg(ops);
+        } else {
+          await runBg(ops);
+          await runIdle(ops);
         }
       }
       const si = summary(idle);

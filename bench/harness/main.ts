@@ -9,7 +9,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CommanderError } from 'commander';
 import { isStoreError, StoreError } from '../../src/util/errors.js';
-import { installSignalCleanup, runCleanups } from '../lib/cleanup.js';
+import { aborting, installSignalCleanup, runCleanups } from '../lib/cleanup.js';
 import { unmountUnder } from '../lib/mounts.js';
 import { removeStaleNamespaces } from '../lib/netns.js';
 import { PodmanEnv } from '../lib/podman.js';
@@ -295,6 +295,7 @@ async function main(): Promise<void> {
             const cell = cells.get(m.id)!;
             // a mode that failed once is not retried in the same cell (keeps broken modes cheap)
             if (cell.skipped || cell.iterations.some((r) => !r.ok)) continue;
+            if (aborting()) return;
             const r = await runIteration({
               workDir: o.workDir,
               path,
@@ -305,14 +306,16 @@ async function main(): Promise<void> {
               seq: ++seq,
               failedLogDir: join(o.out, 'logs'),
             });
+            // an iteration cut short by Ctrl-C is not a measurement
+            if (aborting()) return;
             cell.iterations.push(r);
             say(
               r.ok
                 ? `${w.name} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
                 : `${w.name} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
+            await writeOutputs(o, res);
           }
-          await writeOutputs(o, res);
         }
       }
     } finally {

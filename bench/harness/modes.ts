@@ -1,8 +1,10 @@
 import { copyFile, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
+import { onCleanup } from '../lib/cleanup.js';
+import { unmountUnder } from '../lib/mounts.js';
 import { PodmanEnv, type StorageMode } from '../lib/podman.js';
-import { say, tail } from '../lib/proc.js';
+import { say, sleep, tail } from '../lib/proc.js';
 import type { Usage } from '../lib/registry-server.js';
 import { startStore, type RunningStore } from '../lib/store-process.js';
 import type { FormatId } from './formats.js';
@@ -143,6 +145,24 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
   let store: RunningStore | undefined;
   let podman: PodmanEnv | undefined;
   const mnt = join(dir, 'm');
+  // teardown order: Podman first (an ALS must still be mounted to see its release), then the store
+  const teardown = onCleanup(`iteration ${dir}`, async () => {
+    if (podman) await podman.destroy().catch(() => undefined);
+    if (store) {
+      const s = await store.stop();
+      res.storeForcedUnmount = s.forcedUnmount;
+      if (!res.ok && ctx.failedLogDir) {
+        await mkdir(ctx.failedLogDir, { recursive: true });
+        await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(
+          () => undefined,
+        );
+      }
+    }
+    await unmountUnder(dir);
+    await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((e: Error) =>
+      say(`cannot remove ${dir}: ${e.message}`),
+    );
+  });
   try {
     let storage: StorageMode = { kind: mode.storage === 'als' ? 'plain' : mode.storage };
     if (mode.storage === 'als') {
@@ -186,8 +206,10 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     res.runMs = r.ms;
     res.totalMs = res.pullMs + res.runMs;
     res.output = tail(r.output.trim(), 400);
-    await path.registry.settle();
-    res.registry = path.registry.usageSince(mark);
+    // responses are logged when they complete: a short grace, then a fixed window end (so a store's
+    // background fetch after the first run is not counted)
+    await sleep(300);
+    res.registry = path.registry.usageSince(mark, path.registry.mark());
     if (store) {
       const s = await store.sample();
       if (s) {
@@ -209,20 +231,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     res.error = err instanceof Error ? err.message : String(err);
     if (store) res.error += ` | store log: ${store.logTail(600)}`;
   } finally {
-    if (podman) await podman.destroy().catch(() => undefined);
-    if (store) {
-      const s = await store.stop();
-      res.storeForcedUnmount = s.forcedUnmount;
-      if (!res.ok && ctx.failedLogDir) {
-        await mkdir(ctx.failedLogDir, { recursive: true });
-        await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(
-          () => undefined,
-        );
-      }
-    }
-    await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((e: Error) =>
-      say(`cannot remove ${dir}: ${e.message}`),
-    );
+    await teardown();
   }
   return res;
 }

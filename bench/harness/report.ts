@@ -19,7 +19,7 @@ export interface CellSummary {
   network: string;
   mode: string;
   label: string;
-  status: 'ok' | 'failed' | 'partial' | 'skipped';
+  status: 'ok' | 'failed' | 'partial' | 'skipped' | 'not run';
   reason?: string;
   okRuns: number;
   runs: number;
@@ -46,11 +46,13 @@ export function summarizeCell(c: Cell): CellSummary {
   const firstErr = c.iterations.find((i) => !i.ok)?.error;
   const status: CellSummary['status'] = c.skipped
     ? 'skipped'
-    : ok.length === 0
-      ? 'failed'
-      : ok.length < c.iterations.length
-        ? 'partial'
-        : 'ok';
+    : c.iterations.length === 0
+      ? 'not run'
+      : ok.length === 0
+        ? 'failed'
+        : ok.length < c.iterations.length
+          ? 'partial'
+          : 'ok';
   const reason = c.skipped ?? firstErr;
   return {
     image: c.image,

@@ -1,4 +1,4 @@
-import { spawn, type SpawnOptions } from 'node:child_process';
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { access, constants } from 'node:fs/promises';
 import { StoreError } from '../../src/util/errors.js';
 
@@ -27,6 +27,23 @@ export interface RunResult {
 
 const STDERR_KEEP = 64 * 1024;
 
+/** Children started by run() that have not exited yet (so Ctrl-C can stop them first). */
+const active = new Set<ChildProcess>();
+
+/** SIGTERM every child of run() still running, SIGKILL what is left after `graceMs`. */
+export async function terminateChildren(graceMs = 5000): Promise<void> {
+  const kids = [...active];
+  if (kids.length === 0) return;
+  const gone = Promise.all(
+    kids.map(
+      (c) => new Promise((r) => (c.exitCode !== null || c.signalCode !== null ? r(0) : c.once('close', r))),
+    ),
+  );
+  for (const c of kids) c.kill('SIGTERM');
+  await Promise.race([gone, sleep(graceMs)]);
+  for (const c of kids) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+}
+
 export function tail(text: string, max = 2000): string {
   return text.length <= max ? text : '…' + text.slice(text.length - max);
 }
@@ -40,6 +57,7 @@ export async function run(cmd: string, args: readonly string[], opts: RunOptions
   const spawnOpts: SpawnOptions = { env: opts.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] };
   if (opts.cwd !== undefined) spawnOpts.cwd = opts.cwd;
   const child = spawn(cmd, [...args], spawnOpts);
+  active.add(child);
   const maxOut = opts.maxStdout ?? 16 * 1024 * 1024;
   const out: Buffer[] = [];
   let outLen = 0;
@@ -68,6 +86,7 @@ export async function run(cmd: string, args: readonly string[], opts: RunOptions
   const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
     (resolve, reject) => {
       child.once('error', (e) => {
+        active.delete(child);
         if (timer) clearTimeout(timer);
         reject(
           new StoreError(
@@ -79,6 +98,7 @@ export async function run(cmd: string, args: readonly string[], opts: RunOptions
         );
       });
       child.once('close', (c, s) => {
+        active.delete(child);
         if (timer) clearTimeout(timer);
         resolve({ code: c, signal: s });
       });

@@ -6,7 +6,7 @@ import { silentLogger, type Logger } from '../util/logger.js';
 import { DiskIndex } from './disk-index.js';
 import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
-import { cleanTemp, scanChunks } from './scan.js';
+import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
 
 export interface ChunkCacheOptions {
@@ -359,23 +359,30 @@ export class ChunkCache {
     const started = Date.now();
     const removedTmp = await cleanTemp(this.paths, this.tmpPrefix);
     const found = await scanChunks(this.paths, this.logger, () => this.closed);
-    found.sort((a, b) => a.mtimeMs - b.mtimeMs);
-    this.index.mergeOlder(found.map((f) => ({ hex: f.hex, bytes: footprint(f.size) })));
+    const ordered = await orderByAge(found);
+    this.index.adoptScanned(await buildIndexMap(ordered, footprint));
     this.scanned = true;
-    // Enforce the bounds on what an earlier run (maybe with larger bounds) left behind.
+    // Enforce the bounds on what an earlier run (maybe with larger bounds) left behind, in
+    // batches so a large backlog neither floods the thread pool nor holds many promises.
     this.freeCheckedAt = 0;
     await this.refreshFree();
-    while (
-      this.index.bytes + this.reserved > this.maxBytes ||
-      this.index.count > this.maxEntries ||
-      this.freeEstimate < this.minFreeBytes
-    ) {
-      const v = this.index.takeVictim();
-      if (v === undefined) break;
-      this.freeEstimate += v.bytes;
-      this.unlinkChunk(v.hex);
+    for (;;) {
+      let batch = 0;
+      while (
+        batch < 1000 &&
+        (this.index.bytes + this.reserved > this.maxBytes ||
+          this.index.count > this.maxEntries ||
+          this.freeEstimate < this.minFreeBytes)
+      ) {
+        const v = this.index.takeVictim();
+        if (v === undefined) break;
+        this.freeEstimate += v.bytes;
+        this.unlinkChunk(v.hex);
+        batch++;
+      }
+      await Promise.all([...this.unlinks]);
+      if (batch < 1000) break;
     }
-    await Promise.all([...this.unlinks]);
     this.logger.info(
       { entries: this.index.count, bytes: this.index.bytes, removedTmp, ms: Date.now() - started },
       'chunk cache index ready',

@@ -4,7 +4,7 @@
  * and every decision made from it is synchronous (no interleaving between decide and reserve).
  */
 export class DiskIndex {
-  private readonly entries = new Map<string, number>();
+  private entries = new Map<string, number>();
   private readonly pinCounts = new Map<string, number>();
   private readonly pinSets = new Map<string, Set<string>>();
   private total = 0;
@@ -46,19 +46,18 @@ export class DiskIndex {
   }
 
   /**
-   * Entries found by the start-up scan, oldest first. They go BEFORE everything used since
-   * start (which is more recent by definition); entries already known are skipped.
+   * Adopt the start-up scan's entries (oldest first). They go BEFORE everything used since start
+   * (more recent by definition); entries known already keep their place among the recent ones.
+   * Only the entries touched since start are walked here, so this is cheap however big the scan.
    */
-  mergeOlder(found: Array<{ hex: string; bytes: number }>): void {
-    const current = [...this.entries];
-    const known = new Set(this.entries.keys());
-    this.entries.clear();
-    for (const f of found) {
-      if (!known.has(f.hex)) this.entries.set(f.hex, f.bytes);
+  adoptScanned(scanned: Map<string, number>): void {
+    for (const [hex, bytes] of this.entries) {
+      scanned.delete(hex);
+      scanned.set(hex, bytes);
     }
-    for (const [hex, bytes] of current) this.entries.set(hex, bytes);
     let t = 0;
-    for (const v of this.entries.values()) t += v;
+    for (const v of scanned.values()) t += v;
+    this.entries = scanned;
     this.total = t;
   }
 

@@ -78,3 +78,46 @@ export async function cleanTemp(paths: CachePaths, ownPrefix: string): Promise<n
   }
   return removed;
 }
+
+const yieldToLoop = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+/**
+ * Scanned entries oldest first, for the LRU order after a restart. A bucket sort on mtime (4096
+ * buckets across the observed range) is O(n) and yields regularly, so ordering a million entries
+ * never stalls the event loop; order inside one bucket is arbitrary, which is fine for eviction.
+ */
+export async function orderByAge(found: ScannedEntry[], step = 50_000): Promise<ScannedEntry[]> {
+  if (found.length < 2) return found;
+  let min = Infinity;
+  let max = -Infinity;
+  for (const f of found) {
+    if (f.mtimeMs < min) min = f.mtimeMs;
+    if (f.mtimeMs > max) max = f.mtimeMs;
+  }
+  const n = Math.min(4096, found.length);
+  const width = (max - min) / n || 1;
+  const buckets: ScannedEntry[][] = Array.from({ length: n }, () => []);
+  for (let i = 0; i < found.length; i++) {
+    const f = found[i]!;
+    buckets[Math.min(n - 1, Math.floor((f.mtimeMs - min) / width))]!.push(f);
+    if (i % step === step - 1) await yieldToLoop();
+  }
+  const out: ScannedEntry[] = [];
+  for (const b of buckets) for (const f of b) out.push(f);
+  return out;
+}
+
+/** Build the index map from ordered entries, yielding every `step` entries. */
+export async function buildIndexMap(
+  ordered: ScannedEntry[],
+  bytesOf: (size: number) => number,
+  step = 50_000,
+): Promise<Map<string, number>> {
+  const map = new Map<string, number>();
+  for (let i = 0; i < ordered.length; i++) {
+    const f = ordered[i]!;
+    map.set(f.hex, bytesOf(f.size));
+    if (i % step === step - 1) await yieldToLoop();
+  }
+  return map;
+}

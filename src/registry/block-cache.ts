@@ -19,6 +19,11 @@ export class BlockCache {
     return v;
   }
 
+  /** Presence check that does not refresh recency. */
+  has(key: string): boolean {
+    return this.map.has(key);
+  }
+
   /** Stores a private copy, so a block never pins the (possibly large) response buffer it came from. */
   set(key: string, data: Buffer): void {
     if (data.length > this.maxBytes) return;

@@ -54,6 +54,8 @@ export interface RegistryClientOptions {
   maxRangesPerRequest?: number;
   /** Parallel range requests per read when ranges cannot share one request (default 4). */
   concurrency?: number;
+  /** Read-ahead window cap for sequential single-range reads (default 4 MiB, 0 = off). */
+  readAheadBytes?: number;
   logger?: Logger;
   userAgent?: string;
 }
@@ -148,6 +150,7 @@ export class RegistryClient {
       | 'maxConfigBytes'
       | 'maxRangesPerRequest'
       | 'concurrency'
+      | 'readAheadBytes'
     >
   >;
 
@@ -177,6 +180,8 @@ export class RegistryClient {
       maxConfigBytes: positive(opts.maxConfigBytes, 8 << 20, 'maxConfigBytes'),
       maxRangesPerRequest: Math.floor(positive(opts.maxRangesPerRequest, 64, 'maxRangesPerRequest')),
       concurrency: Math.floor(positive(opts.concurrency, 4, 'concurrency')),
+      readAheadBytes:
+        opts.readAheadBytes === undefined ? 4 << 20 : Math.max(0, Math.floor(opts.readAheadBytes)),
     };
     this.cache = new BlockCache(opts.blockCacheBytes ?? 8 << 20);
     this.transport = new Transport({
@@ -614,6 +619,7 @@ export class RegistryClient {
             maxRangesPerRequest: this.o.maxRangesPerRequest,
             concurrency: this.o.concurrency,
             singleRangeGap: 256 * 1024,
+            readAheadBytes: this.o.readAheadBytes,
             logger: this.logger,
           });
         },

@@ -96,7 +96,16 @@ export class Transport {
    */
   dispatcher(ep: Endpoint, forHead = false): Promise<Dispatcher> {
     const o = ep.options;
-    const key = JSON.stringify([forHead, ep.skipVerify, o.ca, o.caFiles, o.cert, o.certFile, o.key, o.keyFile]);
+    const key = JSON.stringify([
+      forHead,
+      ep.skipVerify,
+      o.ca,
+      o.caFiles,
+      o.cert,
+      o.certFile,
+      o.key,
+      o.keyFile,
+    ]);
     let p = this.agents.get(key);
     if (!p) {
       p = this.makeAgent(ep);

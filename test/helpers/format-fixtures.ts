@@ -4,7 +4,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 
-export const SHARED = '/work/shared';
+export { SHARED } from './shared.js';
+import { SHARED } from './shared.js';
 export const VECTOR_A = join(SHARED, 'vectors/vector-a-estargz-gzip9-chunk4-prio.blob');
 export const VECTOR_B = join(SHARED, 'vectors/vector-b-zstdchunked-chunk4.blob');
 export const SAMPLES_TINY = join(SHARED, 'samples/tiny');

@@ -17,9 +17,10 @@ import { parseReference, RegistryClient } from '../../src/registry/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { pushBlob } from './engine-helpers.js';
+import { SHARED } from '../helpers/shared.js';
 
 const execFileAsync = promisify(execFile);
-const SAMPLES = '/work/shared/samples/tiny';
+const SAMPLES = `${SHARED}/samples/tiny`;
 const HERE = new URL('.', import.meta.url).pathname;
 
 const CASES = [

@@ -19,6 +19,7 @@ import {
   type CountingProxy,
   type TarEntry,
 } from '../helpers/store.js';
+import { SHARED } from '../helpers/shared.js';
 
 /**
  * Podman 4.3.1 (OLD protocol: lookups by blob digest) end to end against the store mounted by this
@@ -28,7 +29,7 @@ import {
 
 const DATA_FILES = 64;
 const FILE_SIZE = 1 << 20;
-const LAB_CONTAINERS_CONF = '/work/shared/lab/containers/containers.conf';
+const LAB_CONTAINERS_CONF = `${SHARED}/lab/containers/containers.conf`;
 const TS_LOADER = fileURLToPath(new URL('./engine-ts-loader.mjs', import.meta.url));
 const CLI_MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 

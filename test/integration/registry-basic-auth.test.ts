@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -11,7 +11,7 @@ import {
   RegistryClient,
   parseReference,
 } from '../../src/registry/index.js';
-import { captureLogger, errorText } from '../helpers/capture-log.js';
+import { captureLogger, errorText } from '../helpers/registry-log-capture.js';
 import { pushImage, type PushedImage } from '../helpers/push.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 
@@ -123,7 +123,7 @@ describe('htpasswd basic auth on a real docker-registry', () => {
   it('runs docker credHelpers (docker-credential-<name> get) asynchronously', async () => {
     const bin = join(dir, 'bin');
     await rm(bin, { recursive: true, force: true });
-    await promisify(execFile)('mkdir', ['-p', bin]);
+    await mkdir(bin, { recursive: true });
     const helper = join(bin, 'docker-credential-sgztest');
     // records the server it was asked about, answers with the credentials
     await writeFile(
@@ -138,7 +138,6 @@ describe('htpasswd basic auth on a real docker-registry', () => {
     });
     try {
       expect((await client.resolveImage(parseReference(refStr()))).manifestDigest).toBe(img.manifestDigest);
-      const { readFile } = await import('node:fs/promises');
       expect((await readFile(join(dir, 'helper.log'), 'utf8')).trim()).toBe(`get ${reg.host}`);
     } finally {
       await client.close();

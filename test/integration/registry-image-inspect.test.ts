@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { inspectImage, registerImageCommands, type InspectResult } from '../../src/cli/image-command.js';
 import { pushBlob, pushManifest, sha256 } from '../helpers/push.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
+import { SHARED } from '../helpers/shared.js';
 
-const SAMPLES = '/work/shared/samples/tiny';
+const SAMPLES = `${SHARED}/samples/tiny`;
 const FORMATS = ['estargz', 'esgz-opt', 'zstd-chunked', 'ctr-zstdchunked', 'gzip'] as const;
 
 interface SampleManifest {

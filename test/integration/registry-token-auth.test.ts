@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCredentialProvider, RegistryClient, parseReference } from '../../src/registry/index.js';
-import { captureLogger, errorText } from '../helpers/capture-log.js';
+import { captureLogger, errorText } from '../helpers/registry-log-capture.js';
 import { pushImage, type PushedImage } from '../helpers/push.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { startTokenServer, type TokenServer } from '../helpers/token-server.js';

@@ -2,9 +2,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { StreamDigest } from '../../src/layer/diffid.js';
+import { SHARED } from '../helpers/shared.js';
 
-const SAMPLES = '/work/shared/samples/tiny';
-const VECTORS = '/work/shared/vectors';
+const SAMPLES = `${SHARED}/samples/tiny`;
+const VECTORS = `${SHARED}/vectors`;
 
 async function configDiffIds(dir: string): Promise<string[]> {
   const cfg = JSON.parse(await readFile(join(SAMPLES, dir, 'config.json'), 'utf8')) as {

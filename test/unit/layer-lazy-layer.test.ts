@@ -106,7 +106,7 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     const fx = buildFixture(mixedSpecs(chunkSize), compression);
     for (const multiRange of [true, false]) {
       const source = new TestSource(fx.blob, { multiRange });
-      const c = await ChunkCache.open({ root: await mkdtemp(join(tmpdir(), 'layer-mr-')), minFreeBytes: 0 });
+      const c = await ChunkCache.open({ root: await mkdtemp(join(root, 'mr-')), minFreeBytes: 0 });
       const layer = makeLayer(fx, source, {}, c);
       const big = node(fx, 'big');
       // warm chunks 1 and 3, then read 0..4: missing 0, 2, 4 are separated by cached members
@@ -256,7 +256,7 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
       [{ kind: 'default' }, {}, false],
     ] as const) {
       const fx = { ...fx0, index: { ...fx0.index, prefetch: hint } };
-      const c = await ChunkCache.open({ root: await mkdtemp(join(tmpdir(), 'layer-pf-')), minFreeBytes: 0 });
+      const c = await ChunkCache.open({ root: await mkdtemp(join(root, 'pf-')), minFreeBytes: 0 });
       const source = new TestSource(fx.blob);
       const layer = makeLayer(fx, source, extra, c);
       layer.start();

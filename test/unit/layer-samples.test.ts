@@ -14,9 +14,10 @@ import { ChunkCache } from '../../src/cache/index.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
+import { SHARED } from '../helpers/shared.js';
 
-const SAMPLES = '/work/shared/samples/tiny';
-const VECTORS = '/work/shared/vectors';
+const SAMPLES = `${SHARED}/samples/tiny`;
+const VECTORS = `${SHARED}/vectors`;
 
 interface Case {
   name: string;

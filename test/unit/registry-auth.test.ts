@@ -1,4 +1,4 @@
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -236,7 +236,7 @@ describe('credential providers', () => {
   it('credsStore helpers: found, not found, failing, missing binary', async () => {
     const bin = join(dir, 'bin');
     await rm(bin, { recursive: true, force: true });
-    await (await import('node:fs/promises')).mkdir(bin);
+    await mkdir(bin);
     await writeFile(
       join(bin, 'docker-credential-store1'),
       '#!/bin/sh\nread s\nif [ "$s" = "https://index.docker.io/v1/" ]; then echo \'{"Username":"<token>","Secret":"hub-refresh"}\'; exit 0; fi\n' +

@@ -9,6 +9,7 @@ import {
 import { parseRegistriesConf, parseStoreResolverToml } from '../../src/registry/registries-conf.js';
 import { parseReference } from '../../src/registry/reference.js';
 import { isStoreError } from '../../src/util/errors.js';
+import { SHARED } from '../helpers/shared.js';
 
 const urls = (ref: string, hosts: Parameters<typeof resolveEndpoints>[1]) =>
   resolveEndpoints(parseReference(ref), hosts).map((e) => endpointUrl(e, 'manifests/x'));
@@ -102,7 +103,7 @@ location = "localhost:5001/hub"
   });
 
   it('reads the lab registries.conf without error', async () => {
-    const text = await readFile('/work/shared/lab/containers/registries.conf', 'utf8');
+    const text = await readFile(`${SHARED}/lab/containers/registries.conf`, 'utf8');
     const hosts = parseRegistriesConf(text);
     expect(urls('127.0.0.1:5000/lab/tiny:estargz', hosts)).toEqual([
       'http://127.0.0.1:5000/v2/lab/tiny/manifests/x',

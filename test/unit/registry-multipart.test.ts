@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { blockRuns, coalesce, parseContentRange, rangeHeader } from '../../src/registry/byte-ranges.js';
 import { multipartBoundary, parseMultipartByteranges } from '../../src/registry/multipart.js';
 import { isStoreError } from '../../src/util/errors.js';
+import { SHARED } from '../helpers/shared.js';
 
 function code(fn: () => unknown): string | undefined {
   try {
@@ -36,7 +37,7 @@ function goMultipart(
 describe('multipart/byteranges parser', () => {
   it('parses the docker-registry transcript in lab/range-test.txt', async () => {
     // the transcript holds the wire bytes (CRLF); the body is the Content-Length bytes after the headers
-    const text = await readFile('/work/shared/lab/range-test.txt', 'latin1');
+    const text = await readFile(`${SHARED}/lab/range-test.txt`, 'latin1');
     const section = text.split('### Range: bytes=0-9,20-29\n')[1]!;
     const headEnd = section.indexOf('\r\n\r\n');
     const head = section.slice(0, headEnd);

@@ -7,14 +7,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { buildLayerBuffer } from '../../src/format/writer/index.js';
 
 /**
- * The Go vectors (/work/shared/vectors) were built from a known input tar. We recreate that input
+ * The Go vectors (../shared/vectors) were built from a known input tar. We recreate that input
  * with Python's tarfile (an independent tar writer) and compare our output with the Go output
  * wherever the formats promise equality: the decompressed data stream (tar headers re-encoded the
  * way Go archive/tar does), the TOC JSON serialisation (digest equal once the compressed offsets,
  * which depend on the deflate implementation, are mapped to Go's), member structure and footer.
  */
 
-const VECTORS = '/work/shared/vectors';
+const VECTORS = `${SHARED}/vectors`;
 const work = mkdtempSync(join(tmpdir(), 'writer-vectors-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
@@ -39,6 +39,7 @@ with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as t:
     add('foo/.wh.gone', tarfile.REGTYPE, 0o644)
     add('empty', tarfile.REGTYPE, 0o644)
 `;
+import { SHARED } from '../helpers/shared.js';
 
 function vectorInputTar(): Buffer {
   const script = join(work, 'mk.py');
