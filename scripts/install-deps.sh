@@ -7,6 +7,7 @@ PKGS=(
   libfuse2 fuse            # fuse-native loads libfuse2; fusermount for unmount
   docker-registry          # real registry for integration tests (distribution 2.8)
   podman runc conmon catatonit containernetworking-plugins uidmap iptables
+  debootstrap              # benchmark workloads (Debian rootfs images)
   skopeo                   # copies OCI layouts built by our writer into the registry
   busybox-static           # tiny runnable images
   stargz-snapshotter containerd   # ctr-remote, the Go eStargz converter (reference blobs)

@@ -117,6 +117,9 @@ async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
         ? `Link ${l.network}: check failed (${l.error}).`
         : `Link ${l.network}: target ${l.targetMbit ?? '∞'} Mbit/s / ${l.targetRttMs} ms RTT; measured ${l.achievedMbit.toFixed(1)} Mbit/s over ${(l.bytes / 1e6).toFixed(0)} MB, fresh-connection TTFB ${l.ttfbMs.toFixed(1)} ms (≈ 2 RTT expected).`,
     ),
+    o.scale !== 1 && o.images.includes('large')
+      ? `NB: the issue's targets are for the full-size large image (scale 1, 1.6 GB); this run used scale ${o.scale}.`
+      : '',
   ].filter(Boolean);
   await writeFile(
     join(o.out, 'results.md'),
