@@ -22,6 +22,8 @@ import {
 import type { BenchRegistry } from '../lib/registry-server.js';
 import { mountOverlay } from '../lib/rootfs.js';
 import { writerLayerIntoLayout } from '../lib/writer.js';
+import type { StoreCommand } from './modes.js';
+import { recordedLazyRun } from './store-profile.js';
 import type { Workload } from './workloads.js';
 
 /**
@@ -59,6 +61,8 @@ export interface FormatContext {
   registry: BenchRegistry;
   buildEnv: PodmanEnv;
   profileSource: ProfileSource;
+  /** Our store: the `store` profile source runs the unoptimised eStargz image through it. */
+  store?: StoreCommand;
 }
 
 const short = (s: string) => createHash('sha256').update(s).digest('hex').slice(0, 16);
@@ -102,13 +106,11 @@ async function encodeLayer(
   return b;
 }
 
-export async function recordProfile(ctx: FormatContext, w: Workload): Promise<AccessProfile> {
+export async function recordProfile(ctx: FormatContext, w: Workload, layout: string): Promise<AccessProfile> {
   const dir = join(ctx.workDir, 'profiles');
   await mkdir(dir, { recursive: true });
-  const file = join(
-    dir,
-    `${w.name}-${w.key}-${ctx.profileSource.name.replace(/[^\w.-]/g, '_')}-v${PROFILE_VERSION}.json`,
-  );
+  const label = `${w.name}-${w.key}-${ctx.profileSource.name.replace(/[^\w.-]/g, '_')}-v${PROFILE_VERSION}`;
+  const file = join(dir, `${label}.json`);
   const prev = await readFile(file, 'utf8').catch(() => '');
   if (prev) return JSON.parse(prev) as AccessProfile;
   const merged = join(ctx.workDir, 'mnt', `${w.name}-rootfs`);
@@ -116,12 +118,27 @@ export async function recordProfile(ctx: FormatContext, w: Workload): Promise<Ac
   try {
     say(`recording access profile of ${w.name} (${ctx.profileSource.name})`);
     const argv = [...(w.spec.entrypoint ?? []), ...w.spec.cmd];
+    const store = ctx.store;
     const profile = await ctx.profileSource.record({
       rootfs: merged,
       argv,
       env: w.spec.env,
       workingDir: w.spec.workingDir ?? '/',
       scratch: dir,
+      label,
+      ...(store
+        ? {
+            lazyRun: async (recordFile: string) =>
+              await recordedLazyRun({
+                workDir: ctx.workDir,
+                registryHost: ctx.registry.host,
+                store,
+                workload: w,
+                image: await ensureFormat(ctx, w, 'estargz', layout),
+                recordFile,
+              }),
+          }
+        : {}),
     });
     if (profile.files.length === 0) {
       throw new StoreError('E_IO', `profile of ${w.name} recorded no files`, { path: merged });
@@ -225,7 +242,7 @@ async function ensureFormat(
         return { layout, tag: tagOf('estargz') };
       });
     case 'esgz-opt': {
-      const profile = await recordProfile(ctx, w);
+      const profile = await recordProfile(ctx, w, layout);
       const chosen = selectPrioritized(profile);
       for (const s of chosen.skipped) {
         say(

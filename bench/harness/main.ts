@@ -152,9 +152,12 @@ async function main(): Promise<void> {
     ...(needFormats.has('esgz-opt') && o.profile === 'strace' ? { strace: 'strace' } : {}),
     ...(o.shaper === 'htb' ? { ip: 'iproute2', tc: 'iproute2' } : {}),
   });
-  if (modes.some((m) => m.store === 'ours') && !o.storeBin) {
+  const storeProfile = needFormats.has('esgz-opt') && o.profile === 'store';
+  if ((storeProfile || modes.some((m) => m.store === 'ours')) && !o.storeBin) {
     await access(join(REPO, 'dist/src/cli/main.js')).catch(() =>
-      say('WARNING: dist/src/cli/main.js missing (run npm run build); lazy modes will fail'),
+      say(
+        'WARNING: dist/src/cli/main.js missing (run npm run build); lazy modes and the store profile will fail',
+      ),
     );
   }
   if (join(runDir(resolve(o.workDir), 9999), 'p').length > MAX_PODMAN_DIR) {
@@ -200,11 +203,20 @@ async function main(): Promise<void> {
     insecureRegistries: [registry.host],
   });
   const source = profileSource(o.profile);
+  const stores = storeCommands(o);
   const outcomes = new Map<string, FormatOutcome[]>();
   for (const w of workloads) {
-    const fo = await ensureFormats({ workDir: o.workDir, registry, buildEnv, profileSource: source }, w, [
-      ...needFormats,
-    ]);
+    const fo = await ensureFormats(
+      {
+        workDir: o.workDir,
+        registry,
+        buildEnv,
+        profileSource: source,
+        ...(stores.ours ? { store: stores.ours } : {}),
+      },
+      w,
+      [...needFormats],
+    );
     outcomes.set(w.name, fo);
     res.workloads.push({
       name: w.name,
@@ -257,7 +269,6 @@ async function main(): Promise<void> {
     }
   }
 
-  const stores = storeCommands(o);
   let seq = 0;
   for (const net of o.networks) {
     const path = await openNetworkPath(net, o.shaper, {

@@ -75,8 +75,8 @@ export function buildCommand(): Command {
     )
     .option(
       '--profile <source>',
-      'access profile source for eStargz optimisation: strace | file:<path>',
-      'strace',
+      'access profile source for eStargz optimisation: store (a lazy run recorded by our store) | strace | file:<path>',
+      'store',
     )
     .option('--work-dir <dir>', 'large data and caches (never the repo)', '/tmp/sgz-bench')
     .option('--out <dir>', 'where results.json, results.md and chart.svg go', 'bench/out')

@@ -7,10 +7,13 @@ import { run, which } from './proc.js';
 /**
  * Access profiles: which files a workload's entrypoint opens, in first-open order. They feed the
  * optimised eStargz build (`prioritize`). The source is pluggable:
- *  - `strace`: run the entrypoint under `strace -f` chrooted into the assembled image rootfs (what we
- *    use until the store exposes its own access log);
- *  - `file:<path>`: a recorded list (JSON array of paths, or one path per line) — e.g. what the store's
- *    access recording writes once it exists.
+ *  - `store` (default): run the unoptimised eStargz image once through our store started with
+ *    `--record-accesses`; the store's record of opened layer files (and distinct bytes read from each)
+ *    is the profile. It sees what Podman and the container really opened, interpreters and loaders
+ *    included, exactly as served lazily;
+ *  - `strace`: run the entrypoint under `strace -f` chrooted into the assembled image rootfs;
+ *  - `file:<path>`: a recorded list (JSON array of paths, or one path per line; a store record file,
+ *    JSON lines with a `path` each, works too).
  */
 
 export interface FileAccess {
@@ -41,6 +44,19 @@ export interface ProfileContext {
   workingDir: string;
   /** Where a source may put scratch files. */
   scratch: string;
+  /** Names the workload in scratch file names. */
+  label?: string;
+  /**
+   * For the `store` source: run the workload's unoptimised eStargz image once through our store with
+   * `--record-accesses recordFile` (the harness provides this).
+   */
+  lazyRun?: (recordFile: string) => Promise<LazyRunInfo>;
+}
+
+/** What a recorded lazy run tells the `store` source. */
+export interface LazyRunInfo {
+  /** Per image layer (bottom first): the ALS digests it can appear under (blob digest, TOC digest). */
+  layerDigests: string[][];
 }
 
 export interface ProfileSource {
@@ -385,21 +401,118 @@ export class FileProfileSource implements ProfileSource {
     let list: string[];
     try {
       const j = JSON.parse(text) as unknown;
-      list = Array.isArray(j)
-        ? j.map((e) => (typeof e === 'string' ? e : String((e as { path?: unknown }).path)))
-        : (j as { files: string[] }).files;
+      if (Array.isArray(j)) {
+        list = j.map((e) => (typeof e === 'string' ? e : String((e as { path?: unknown }).path)));
+      } else {
+        const files = (j as { files?: unknown }).files;
+        if (!Array.isArray(files)) throw new Error('not a profile object');
+        list = files.map(String);
+      }
     } catch {
       list = text.split('\n').map((s) => s.trim());
+      // a store record (JSON lines): its opened and readlinked paths, in order
+      if (list[0]?.startsWith('{')) {
+        list = list.flatMap((line) => {
+          try {
+            const l = JSON.parse(line) as StoreAccessLine;
+            return (l.event === 'open' || l.event === 'readlink') && typeof l.path === 'string'
+              ? [l.path]
+              : [];
+          } catch {
+            return [];
+          }
+        });
+      }
     }
     const abs = list.filter((s) => s.length > 0).map((s) => (s.startsWith('/') ? s : '/' + s));
     return { source: this.name, ...(await canonicalizeProfile(ctx.rootfs, abs)) };
   }
 }
 
+/** One line of the store's access record file (src/store/access-log.ts), as far as profiles care. */
+interface StoreAccessLine {
+  event?: string;
+  digest?: string;
+  path?: string;
+  size?: number;
+  bytesRead?: number;
+  count?: number;
+}
+
+/**
+ * A store access record (JSON lines) as a profile: the files of the given layers in first-open order
+ * (layer paths become image paths: '/' + path), symlinks read on the way included (they have no
+ * details), with each regular file's size and distinct bytes read (its last `read` line). Lines of
+ * other layers are ignored. A record that lost lines is an error (the profile would be incomplete).
+ * Pure.
+ */
+export function profileFromStoreRecord(text: string, layerDigests: readonly string[][]): AccessProfile {
+  const layerOf = new Map<string, number>();
+  layerDigests.forEach((ds, i) => ds.forEach((d) => layerOf.set(d, i)));
+  const files: string[] = [];
+  const details: Record<string, FileAccess> = {};
+  const seen = new Set<string>();
+  let bad = 0;
+  for (const raw of text.split('\n')) {
+    if (raw.trim() === '') continue;
+    let l: StoreAccessLine;
+    try {
+      l = JSON.parse(raw) as StoreAccessLine;
+    } catch {
+      bad++;
+      continue;
+    }
+    if (l.event === 'dropped') {
+      throw new StoreError(
+        'E_IO',
+        `the store dropped ${String(l.count)} access record lines: the profile would be incomplete`,
+      );
+    }
+    if (typeof l.digest !== 'string' || typeof l.path !== 'string' || !layerOf.has(l.digest)) continue;
+    const abs = '/' + l.path.replace(/^\/+/, '');
+    if (l.event === 'open' || l.event === 'readlink') {
+      if (!seen.has(abs)) {
+        seen.add(abs);
+        files.push(abs);
+      }
+      if (l.event === 'open' && typeof l.size === 'number') details[abs] ??= { size: l.size };
+    } else if (l.event === 'read' && typeof l.bytesRead === 'number') {
+      const d = details[abs];
+      // several handles (and ALS names) may report: the largest distinct count is the best one
+      if (d) d.bytesRead = Math.max(d.bytesRead ?? 0, l.bytesRead);
+    }
+  }
+  if (bad > 0 && files.length === 0) {
+    throw new StoreError('E_IO', `the access record has ${bad} unreadable line(s) and no usable entry`);
+  }
+  return { source: 'store', files, details };
+}
+
+export class StoreProfileSource implements ProfileSource {
+  readonly name = 'store';
+
+  async record(ctx: ProfileContext): Promise<AccessProfile> {
+    if (!ctx.lazyRun) {
+      throw new StoreError('E_CONFIG', 'the store profile source needs a lazy run of the image (harness)');
+    }
+    // kept next to the profile for inspection
+    const file = join(ctx.scratch, `${ctx.label ?? `run-${process.pid}`}.accesses.jsonl`);
+    await rm(file, { force: true });
+    const info = await ctx.lazyRun(file);
+    const text = await readFile(file, 'utf8').catch((err: unknown) => {
+      throw new StoreError('E_IO', `the store wrote no access record: ${(err as Error).message}`, {
+        path: file,
+      });
+    });
+    return profileFromStoreRecord(text, info.layerDigests);
+  }
+}
+
 export function profileSource(spec: string): ProfileSource {
+  if (spec === 'store') return new StoreProfileSource();
   if (spec === 'strace') return new StraceProfileSource();
   if (spec.startsWith('file:')) return new FileProfileSource(spec.slice(5));
-  throw new StoreError('E_CONFIG', `unknown profile source "${spec}" (want strace or file:<path>)`);
+  throw new StoreError('E_CONFIG', `unknown profile source "${spec}" (want store, strace or file:<path>)`);
 }
 
 /**

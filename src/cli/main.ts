@@ -24,7 +24,9 @@ try {
     process.stderr.write(`stargz-store: ${err.code}: ${err.message}\n`);
     process.exitCode = 1;
   } else {
-    process.stderr.write(`stargz-store: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.stderr.write(
+      `stargz-store: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
     process.exitCode = 1;
   }
 }

@@ -10,12 +10,13 @@ import {
   DEFAULT_ROOT,
   type ConfigFlags,
   type StoreConfig,
+  type TlsFiles,
 } from '../store/config.js';
 import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
 import { StoreError, asStoreError } from '../util/errors.js';
-import { clearStaleMount } from '../fs/mount-util.js';
+import { mountType } from '../fs/mount-util.js';
 import { ChunkCache } from '../cache/index.js';
 import { FetchScheduler } from '../layer/index.js';
 import {
@@ -28,7 +29,7 @@ import {
   type HostsConfig,
   type MirrorConfig as RegistryMirror,
 } from '../registry/index.js';
-import { createLayerStore, mountStore } from '../store/index.js';
+import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -69,6 +70,7 @@ interface ServeFlags {
   logLevel?: string;
   root?: string;
   addr?: string;
+  recordAccesses?: string;
   set?: string[];
 }
 
@@ -83,6 +85,10 @@ export function registerServeCommand(program: Command): void {
     .option('--root <dir>', `state root (cache, metadata)`, DEFAULT_ROOT)
     .option('--addr <sock>', `control socket for stargz-store-helper and status`, DEFAULT_ADDR)
     .option(
+      '--record-accesses <file>',
+      'append one JSON line per first open/readlink of each layer file (same as [debug] record_accesses)',
+    )
+    .option(
       '--set <key=value>',
       'override a config.toml key, e.g. blob.chunk_size=100000 (repeatable)',
       collect,
@@ -96,6 +102,7 @@ export function registerServeCommand(program: Command): void {
         root: o.root,
         addr: o.addr,
         set: o.set,
+        ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
       });
       process.exit(code);
     });
@@ -133,19 +140,8 @@ export async function waitForMountLive(
   );
 }
 
-function unescapeMountPath(p: string): string {
-  return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
-}
-
 async function isFuseMount(mountpoint: string): Promise<boolean> {
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
-  for (const line of text.split('\n')) {
-    const f = line.split(' ');
-    const sep = f.indexOf('-');
-    if (sep > 4 && unescapeMountPath(f[4]!) === mountpoint && (f[sep + 1] ?? '').startsWith('fuse'))
-      return true;
-  }
-  return false;
+  return (await mountType(mountpoint))?.startsWith('fuse') === true;
 }
 
 /** undefined when `stat` in a child succeeded; else the reason. */
@@ -214,15 +210,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
 
   try {
     await mkdir(config.root, { recursive: true, mode: 0o700 });
-    const stale = await clearStaleMount(config.mountpoint);
-    if (stale === 'cleared')
-      logger.warn({ mountpoint: config.mountpoint }, 'cleared a stale mount left by a previous store');
-    if (stale === 'live') {
-      throw new StoreError('E_IO', `${config.mountpoint} is already served by a running store`, {
-        path: config.mountpoint,
-      });
-    }
-    await mkdir(config.mountpoint, { recursive: true, mode: 0o755 });
+    // (mountStore clears a stale mount left by a crashed store and creates the mountpoint)
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
     built = await buildStore(config, logger);
@@ -351,10 +339,10 @@ async function readRegistriesConf(path: string, logger: Logger): Promise<HostsCo
   }
 }
 
-/** The Go store's `[[resolver.host."<host>".mirrors]]` in the registry client's terms. */
+/** The `[resolver]` hosts (Go mirrors, plus our TLS files) in the registry client's terms. */
 export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
   const hosts: HostsConfig = {};
-  for (const [host, { mirrors }] of Object.entries(config.resolver.hosts)) {
+  for (const [host, { mirrors, tls }] of Object.entries(config.resolver.hosts)) {
     hosts[host] = {
       mirrors: mirrors.map((m) => {
         const mc: RegistryMirror = { host: m.host, insecure: m.insecure };
@@ -362,11 +350,21 @@ export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
         if (m.requestTimeoutSec !== 0)
           mc.requestTimeoutMs = m.requestTimeoutSec < 0 ? Infinity : m.requestTimeoutSec * 1000;
         if (Object.keys(m.header).length > 0) mc.headers = m.header;
+        if (m.tls) Object.assign(mc, tlsOptions(m.tls));
         return mc;
       }),
+      ...(tls ? tlsOptions(tls) : {}),
     };
   }
   return hosts;
+}
+
+function tlsOptions(t: TlsFiles): Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> {
+  const o: Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> = {};
+  if (t.caFiles) o.caFiles = t.caFiles;
+  if (t.certFile) o.certFile = t.certFile;
+  if (t.keyFile) o.keyFile = t.keyFile;
+  return o;
 }
 
 /** auth.json search order with the config's overrides ([registry] auth_file, docker_config). */
@@ -403,7 +401,9 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     logger,
   });
   let cache: ChunkCache | undefined;
+  let accessLog: AccessLog | undefined;
   try {
+    if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
     cache = await ChunkCache.open({
       root: config.root,
       // 0 = no byte bound (min_free_bytes still applies)
@@ -419,8 +419,14 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       cache,
       credentials: memory,
       logger,
-      deadlines: { lookupMs: config.deadlines.lookupSec * 1000, readMs },
-      negativeTtlMs: config.resolveResultEntryTtlSec * 1000,
+      deadlines: {
+        lookupMs: config.deadlines.lookupSec * 1000,
+        readMs,
+        fuseMs: config.deadlines.fuseSec * 1000,
+      },
+      negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
+      idleTtlMs: config.resolveResultEntryTtlSec * 1000,
+      ...(accessLog ? { accessLog } : {}),
       layer: {
         deadlineMs: readMs,
         prefetch: !config.noprefetch,
@@ -444,6 +450,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     };
   } catch (err) {
+    await accessLog?.close();
     await cache?.close();
     await registry.close();
     throw err;

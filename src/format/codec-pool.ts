@@ -13,11 +13,30 @@ export type CodecRequest =
       size: number;
       digest: string;
     }
+  | {
+      op: 'decodeMany';
+      codec: 'gzip' | 'zstd';
+      src: ArrayBuffer[];
+      chunks: Array<{ innerOffset: number; size: number; digest: string }>;
+    }
   | { op: 'zeros'; size: number; digest: string }
   | { op: 'sha256'; src: ArrayBuffer[] };
 
+/** Outcome for one chunk of a decodeMany task. */
+export type ChunkReply =
+  | { ok: true; data: ArrayBuffer; byteOffset: number; length: number }
+  | { ok: false; kind: 'decompress' | 'truncated' | 'mismatch'; message: string; actual?: string };
+
 export type CodecReply =
-  | { id: number; ok: true; data?: ArrayBuffer; byteOffset?: number; length?: number; digest?: string }
+  | {
+      id: number;
+      ok: true;
+      data?: ArrayBuffer;
+      byteOffset?: number;
+      length?: number;
+      digest?: string;
+      results?: ChunkReply[];
+    }
   | {
       id: number;
       ok: false;
@@ -116,7 +135,10 @@ export class CodecPool {
       const i = this.slots.indexOf(slot);
       if (i >= 0) this.slots.splice(i, 1);
       for (const t of slot.inflight.values()) {
-        t.reject(new StoreError('E_DECOMPRESS', `codec worker failed: ${err.message}`, {}, { cause: err }));
+        // A crash or OOM says nothing about the data: an I/O-class failure, retryable.
+        t.reject(
+          new StoreError('E_IO', `codec worker failed: ${err.message}`, { op: t.req.op }, { cause: err }),
+        );
       }
       slot.inflight.clear();
       this.pump();
@@ -150,7 +172,14 @@ export class CodecPool {
       } catch (err) {
         best.inflight.delete(task.id);
         if (best.inflight.size === 0) best.worker.unref();
-        task.reject(new StoreError('E_DECOMPRESS', `cannot post to codec worker: ${(err as Error).message}`));
+        task.reject(
+          new StoreError(
+            'E_IO',
+            `cannot post to codec worker: ${(err as Error).message}`,
+            { op: task.req.op },
+            { cause: err },
+          ),
+        );
       }
     }
   }

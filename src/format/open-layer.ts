@@ -3,15 +3,14 @@
  * return the normalised tree model. Reads the footer, then the TOC (or, with a TOC offset
  * hint, everything from the hint to the end in a single read).
  */
-import { createHash } from 'node:crypto';
 import { asStoreError, DigestMismatchError, StoreError } from '../util/errors.js';
 import type { RangeReader } from '../util/range-reader.js';
 import { EXTERNAL_TOC_FOOTER_SIZE, findEStargzFooter } from './estargz/footer.js';
-import { extractTocJson } from './estargz/toc-member.js';
+import { extractTocJson, locateTocJson, type TocJsonLocation } from './estargz/toc-member.js';
 import type { LayerFormat, LayerIndex } from './model.js';
 import { sha256Async } from './codec.js';
 import { parsePreparedToc } from './toc.js';
-import { prepareToc } from './toc-worker.js';
+import { OFF_THREAD_MEMBER_THRESHOLD, prepareEStargzTocOffThread, prepareToc } from './toc-worker.js';
 import { buildTree } from './toc-tree.js';
 import {
   detectZstdFooter,
@@ -40,17 +39,12 @@ const TAIL_BYTES = 72;
 /** Extra room for a hinted read: zstd:chunked also stores tar-split between manifest and footer. */
 const HINT_SLACK = 16 * 1024 * 1024;
 
-/** sha256 inline for small inputs, on a codec worker for big ones (keeps the event loop free). */
-async function sha256(data: Buffer): Promise<string> {
-  if (data.length >= 1 << 20) return await sha256Async(data);
-  return 'sha256:' + createHash('sha256').update(data).digest('hex');
-}
-
 interface TocBytes {
   format: LayerFormat;
   tocOffset: number;
   dataEnd: number;
-  json: Buffer;
+  /** The TOC JSON, or (big eStargz TOCs) the member with the JSON's location, for the worker. */
+  json: Buffer | { member: Buffer; location: TocJsonLocation };
   /** zstd:chunked: the compressed manifest bytes. */
   compressed?: Buffer;
 }
@@ -117,10 +111,13 @@ export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}
       ? await readZstdToc(cache, footerArea, blobSize, maxTocBytes, signal)
       : await readEStargzToc(cache, footerArea, blobSize, maxTocBytes, signal);
 
-    // big TOCs: JSON.parse and hashing happen on a worker thread (toc-worker.ts)
-    const prepared = await prepareToc(toc.json, { maxEntries, ...(signal ? { signal } : {}) });
+    // big TOCs: inflating, hashing and JSON.parse happen on a worker thread (toc-worker.ts)
+    const prepareOpts = { maxEntries, ...(signal ? { signal } : {}) };
+    const prepared = Buffer.isBuffer(toc.json)
+      ? await prepareToc(toc.json, prepareOpts)
+      : await prepareEStargzTocOffThread(toc.json.member, toc.json.location, prepareOpts);
     const tocJsonDigest = prepared.jsonDigest;
-    const manifestChecksum = toc.compressed !== undefined ? await sha256(toc.compressed) : undefined;
+    const manifestChecksum = toc.compressed !== undefined ? await sha256Async(toc.compressed) : undefined;
     const tocDigest = manifestChecksum ?? tocJsonDigest;
     const expected = opts.expectedTocDigest;
     if (expected !== undefined && expected !== tocDigest && expected !== tocJsonDigest) {
@@ -148,7 +145,8 @@ export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}
   } catch (err) {
     if (err instanceof StoreError) throw err;
     if (signal?.aborted) throw new StoreError('E_ABORTED', 'openLayer aborted', {}, { cause: err });
-    throw err;
+    // anything else escaping the parsers means the layer's metadata is unusable: typed, with cause
+    throw asStoreError(err, 'E_BAD_TOC', { blobSize });
   }
 }
 
@@ -174,7 +172,12 @@ async function readEStargzToc(
     });
   }
   const member = await cache.read(tocOffset, tocSize);
-  const json = await extractTocJson(member, { maxTocBytes, ...(signal ? { signal } : {}) });
+  const opts = { maxTocBytes, ...(signal ? { signal } : {}) };
+  // A big member is only located here (its first tar headers); the worker does the rest.
+  const json =
+    member.length < OFF_THREAD_MEMBER_THRESHOLD
+      ? await extractTocJson(member, opts)
+      : { member, location: await locateTocJson(member, opts) };
   return { format: 'estargz', tocOffset, dataEnd: tocOffset, json };
 }
 

@@ -4,7 +4,7 @@
  */
 import { asStoreError, StoreError } from '../util/errors.js';
 import type { RangeReader } from '../util/range-reader.js';
-import { decodeChunk } from './codec.js';
+import { decodeChunk, verifyZeros } from './codec.js';
 import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from './model.js';
 
 /** Fetch and verify one chunk; returns its `chunk.size` uncompressed bytes. */
@@ -60,9 +60,15 @@ export async function readFileRange(
   if (offset >= end) return Buffer.alloc(0);
   const parts: Buffer[] = [];
   for (const chunk of chunksForRange(node, offset, end - offset)) {
-    const data = await readChunk(reader, index, node, chunk, signal);
     const from = Math.max(offset, chunk.fileOffset) - chunk.fileOffset;
     const to = Math.min(end, chunk.fileOffset + chunk.size) - chunk.fileOffset;
+    if (chunk.zeros) {
+      // a hole may be GiBs: verify its digest without materialising it, allocate only the slice
+      await verifyZeros(chunk, { path: node.path });
+      parts.push(Buffer.alloc(to - from));
+      continue;
+    }
+    const data = await readChunk(reader, index, node, chunk, signal);
     parts.push(data.subarray(from, to));
   }
   const out = Buffer.concat(parts);

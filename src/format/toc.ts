@@ -267,7 +267,8 @@ export async function parsePreparedToc(
   const parsed: TocEntry[] = new Array<TocEntry>(prepared.count);
   const slicer = new Slicer();
   for (let i = 0; i < prepared.count; i++) {
-    if ((i & 255) === 255) await slicer.tick();
+    // checked often: an entry can be KBs of JSON (long names, xattrs, unknown keys)
+    if ((i & 31) === 31) await slicer.tick();
     parsed[i] = parseEntry(prepared.entry(i), i);
   }
   const out: ParsedToc = { entries: parsed };

@@ -32,15 +32,3 @@ export async function withDeadline<T>(
     parent?.removeEventListener('abort', onParentAbort);
   }
 }
-
-/** A promise that rejects when `signal` aborts (for racing against work that cannot be cancelled). */
-export function abortPromise(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
-    const fail = () =>
-      reject(
-        signal.reason instanceof Error ? signal.reason : new StoreError('E_ABORTED', 'operation aborted'),
-      );
-    if (signal.aborted) fail();
-    else signal.addEventListener('abort', fail, { once: true });
-  });
-}

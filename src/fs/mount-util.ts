@@ -51,15 +51,27 @@ function unescapeMountPath(p: string): string {
   return p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
 }
 
-/** Is something mounted exactly at `path`? Reads /proc/self/mountinfo (no stat: a dead FUSE mount hangs nothing but fails stat). */
-export async function isMountpoint(path: string): Promise<boolean> {
+/**
+ * The file-system type (`fuse`, `fuse.stargzstore`, `overlay` ...) of the mount exactly at `path`
+ * (the last one, when mounts are stacked), or undefined. Reads /proc/self/mountinfo: no stat, so a
+ * dead FUSE mount is reported too.
+ */
+export async function mountType(path: string): Promise<string | undefined> {
   const abs = resolve(path);
   const text = await readFile('/proc/self/mountinfo', 'utf8');
+  let type: string | undefined;
   for (const line of text.split('\n')) {
     const f = line.split(' ');
-    if (f.length > 4 && unescapeMountPath(f[4]!) === abs) return true;
+    // fields: id parent dev root mountpoint options [optional...] - fstype source superoptions
+    const sep = f.indexOf('-', 6);
+    if (f.length > 4 && unescapeMountPath(f[4]!) === abs) type = sep > 0 ? (f[sep + 1] ?? '') : '';
   }
-  return false;
+  return type;
+}
+
+/** Is something mounted exactly at `path`? */
+export async function isMountpoint(path: string): Promise<boolean> {
+  return (await mountType(path)) !== undefined;
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { decodeChunk } from '../format/codec.js';
+import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
-import { asStoreError, type ErrorContext } from '../util/errors.js';
+import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { ChunkLoader } from './chunk-loader.js';
 import { StreamDigest } from './diffid.js';
 import type { FetchUnit } from './plan.js';
@@ -19,6 +19,8 @@ export interface BackgroundContext {
   window: number;
   cancel: AbortSignal;
   context: ErrorContext;
+  /** Ask the source to bypass any cache of compressed bytes (the DiffID re-check pass). */
+  fresh?: boolean;
   onVerified(chunk: Chunk): void;
   onChunkError(err: unknown): void;
 }
@@ -32,9 +34,15 @@ export interface PassResult {
 /**
  * One background pass over the blob, unit by unit in blob order: fetch each unit at background
  * priority (preemptible), decode + verify + cache the chunks not yet cached, and feed the unit's
- * bytes to the DiffID stream strictly in order.
+ * bytes to the DiffID stream strictly in order. A hashing pass first waits for one of the
+ * scheduler's store-wide hash slots.
  */
 export async function backgroundPass(ctx: BackgroundContext): Promise<PassResult> {
+  if (!ctx.hash) return await runPass(ctx);
+  return await ctx.scheduler.withHashSlot(() => runPass(ctx), ctx.cancel);
+}
+
+async function runPass(ctx: BackgroundContext): Promise<PassResult> {
   const stop = new AbortController();
   const onCancel = (): void => stop.abort(ctx.cancel.reason);
   ctx.cancel.addEventListener('abort', onCancel, { once: true });
@@ -53,6 +61,7 @@ export async function backgroundPass(ctx: BackgroundContext): Promise<PassResult
         const [buf] = await ctx.loader.readRanges(
           [{ offset: unit.offset, length: unit.end - unit.offset }],
           signal,
+          ctx.fresh === true ? { fresh: true } : undefined,
         );
         chunkErrors += await decodeUnit(ctx, unit, buf!, stop.signal);
         return buf!;
@@ -79,9 +88,10 @@ export async function backgroundPass(ctx: BackgroundContext): Promise<PassResult
 }
 
 /**
- * Decode, verify and cache the unit's chunks one at a time, each as a background CPU step
- * (paused while on-demand work runs, one at a time across the store), so a background decode
- * never queues ahead of an on-demand one for long.
+ * Decode, verify and cache the unit's chunks, each as a background CPU step (paused while
+ * on-demand work runs, one at a time across the store), so a background decode never queues
+ * ahead of an on-demand one for long. Chunks sharing one member are one step: the member is
+ * decoded once for all of them.
  */
 async function decodeUnit(
   ctx: BackgroundContext,
@@ -90,26 +100,53 @@ async function decodeUnit(
   stop: AbortSignal,
 ): Promise<number> {
   let errors = 0;
+  const groups = new Map<string, Chunk[]>();
   for (const c of unit.chunks) {
     if (ctx.cache.has(c.digest)) {
       ctx.onVerified(c);
       continue;
     }
+    if (c.compressedOffset < unit.offset || c.compressedEnd > unit.end) {
+      errors++;
+      ctx.onChunkError(
+        new StoreError('E_BAD_TOC', 'chunk span outside its fetch unit', {
+          ...ctx.context,
+          offset: c.fileOffset,
+          compressedOffset: c.compressedOffset,
+          digest: c.digest,
+        }),
+      );
+      continue;
+    }
+    const key = `${c.compressedOffset}:${c.compressedEnd}`;
+    const group = groups.get(key);
+    if (group === undefined) groups.set(key, [c]);
+    else group.push(c);
+  }
+  for (const group of groups.values()) {
+    const first = group[0]!;
+    const span = buf.subarray(first.compressedOffset - unit.offset, first.compressedEnd - unit.offset);
+    let results: Array<Buffer | StoreError>;
     try {
-      if (c.compressedOffset < unit.offset || c.compressedEnd > unit.end) {
-        throw asStoreError(new Error('chunk span outside its fetch unit'), 'E_BAD_TOC', ctx.context);
-      }
-      const span = buf.subarray(c.compressedOffset - unit.offset, c.compressedEnd - unit.offset);
-      const data = await ctx.scheduler.backgroundCpu(
-        () => decodeChunk(ctx.compression, span, c, ctx.context),
+      results = await ctx.scheduler.backgroundCpu(
+        () => decodeChunks(ctx.compression, span, group, ctx.context),
         stop,
       );
-      ctx.onVerified(c);
-      await ctx.cache.put(c.digest, data);
     } catch (err) {
       if (stop.aborted) throw err;
-      errors++;
+      errors += group.length;
       ctx.onChunkError(err);
+      continue;
+    }
+    for (let i = 0; i < group.length; i++) {
+      const r = results[i]!;
+      if (r instanceof StoreError) {
+        errors++;
+        ctx.onChunkError(r);
+        continue;
+      }
+      ctx.onVerified(group[i]!);
+      await ctx.cache.put(group[i]!.digest, r);
     }
   }
   return errors;

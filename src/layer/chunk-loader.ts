@@ -1,11 +1,11 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { isValidDigest } from '../cache/paths.js';
-import { decodeChunk } from '../format/codec.js';
+import { decodeChunk, decodeChunks, isZerosVerified, verifyZeros } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { coalesce, type Span } from './ranges.js';
-import type { BlobSource, ByteRange } from './types.js';
+import type { BlobSource, ByteRange, FetchOptions } from './types.js';
 
 export interface LoaderContext {
   source: BlobSource;
@@ -28,7 +28,15 @@ interface Pending {
   chunk: Chunk;
   resolve: (b: Buffer) => void;
   reject: (e: unknown) => void;
+  settled: boolean;
 }
+
+/**
+ * Bytes of one chunk as the loader hands them out: the verified buffer, or `ZEROS` for a verified
+ * `zeros` chunk, whose content (`size` zero bytes) is never materialised: a hole can be GiBs.
+ */
+export const ZEROS = null;
+export type ChunkBytes = Buffer | typeof ZEROS;
 
 interface PendingSpan extends Span {
   entries: Pending[];
@@ -41,17 +49,16 @@ interface PendingSpan extends Span {
  */
 export class ChunkLoader {
   private readonly inflight = new Map<string, Promise<Buffer>>();
-  private readonly verifiedZeros = new Set<string>();
 
   constructor(private readonly ctx: LoaderContext) {}
 
   /** In-memory bytes for every chunk, or undefined if any needs I/O (the synchronous fast path). */
-  tryMemory(chunks: readonly Chunk[]): Buffer[] | undefined {
-    const out: Buffer[] = [];
+  tryMemory(chunks: readonly Chunk[]): ChunkBytes[] | undefined {
+    const out: ChunkBytes[] = [];
     for (const c of chunks) {
       if (c.zeros) {
-        if (!this.verifiedZeros.has(c.digest)) return undefined;
-        out.push(Buffer.alloc(c.size));
+        if (!isZerosVerified(c)) return undefined;
+        out.push(ZEROS);
         continue;
       }
       if (!isValidDigest(c.digest)) return undefined;
@@ -63,61 +70,82 @@ export class ChunkLoader {
     return out;
   }
 
-  /** Verified bytes of each chunk, in order. */
-  load(chunks: readonly Chunk[]): Promise<Buffer[]> {
-    const results: Array<Buffer | Promise<Buffer>> = [];
+  /**
+   * Verified bytes of each chunk, in order (`ZEROS` for zeros chunks). Never throws
+   * synchronously, and every single-flight entry it registers settles whatever happens.
+   * `context` (e.g. the file's path) is added to errors that concern this request alone.
+   */
+  load(chunks: readonly Chunk[], context?: ErrorContext): Promise<ChunkBytes[]> {
+    const results: Array<ChunkBytes | Promise<ChunkBytes>> = [];
     const mine = new Map<string, Pending>();
-    for (const c of chunks) {
-      if (c.zeros) {
-        results.push(this.zeros(c));
-        continue;
-      }
-      if (!isValidDigest(c.digest)) {
-        results.push(Promise.reject(this.badToc('chunk digest is not sha256:<hex>', c)));
-        continue;
-      }
-      const mem = this.ctx.cache.getMemory(c.digest);
-      if (mem !== undefined) {
-        this.ctx.onVerified(c);
-        results.push(this.checkSize(mem, c));
-        continue;
-      }
-      const shared = this.inflight.get(c.digest);
-      if (shared !== undefined) {
-        results.push(shared.then((b) => this.checkSize(b, c)));
-        continue;
-      }
-      let resolve!: (b: Buffer) => void;
-      let reject!: (e: unknown) => void;
-      const p = new Promise<Buffer>((res, rej) => {
-        resolve = res;
-        reject = rej;
-      });
-      p.catch(() => undefined);
-      const settle = (): void => {
-        this.inflight.delete(c.digest);
-      };
-      p.then(settle, settle);
-      this.inflight.set(c.digest, p);
-      mine.set(c.digest, { chunk: c, resolve, reject });
-      results.push(p.then((b) => this.checkSize(b, c)));
+    try {
+      for (const c of chunks) results.push(this.request(c, mine, context));
+    } catch (err) {
+      results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
+    } finally {
+      // Entries registered before anything went wrong still get their fetch (others share them).
+      if (mine.size > 0) void this.resolve([...mine.values()]);
     }
-    if (mine.size > 0) void this.resolve([...mine.values()]);
-    return Promise.all(results);
+    const all = Promise.all(results);
+    // Only the first rejection is reported; later ones must not surface as unhandled.
+    for (const r of results) if (r instanceof Promise) r.catch(() => undefined);
+    return all;
   }
 
-  private async zeros(c: Chunk): Promise<Buffer> {
-    if (!this.verifiedZeros.has(c.digest)) {
-      // The flag is TOC data like any other: check once that the digest really is of zeros.
-      await decodeChunk(this.ctx.compression, Buffer.alloc(0), c, this.ctx.context);
-      this.verifiedZeros.add(c.digest);
+  private request(
+    c: Chunk,
+    mine: Map<string, Pending>,
+    context: ErrorContext | undefined,
+  ): ChunkBytes | Promise<ChunkBytes> {
+    if (c.zeros) return this.zeros(c, context);
+    if (!isValidDigest(c.digest)) {
+      return Promise.reject(this.badToc('chunk digest is not sha256:<hex>', c));
+    }
+    const mem = this.ctx.cache.getMemory(c.digest);
+    if (mem !== undefined) {
       this.ctx.onVerified(c);
+      return this.sized(mem, c);
     }
-    return Buffer.alloc(c.size);
+    const shared = this.inflight.get(c.digest);
+    if (shared !== undefined) return shared.then((b) => this.sized(b, c));
+    let resolve!: (b: Buffer) => void;
+    let reject!: (e: unknown) => void;
+    const p = new Promise<Buffer>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    const entry: Pending = {
+      chunk: c,
+      settled: false,
+      resolve: (b) => {
+        entry.settled = true;
+        resolve(b);
+      },
+      reject: (e) => {
+        entry.settled = true;
+        reject(e);
+      },
+    };
+    const settle = (): void => {
+      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
+    };
+    p.then(settle, settle);
+    this.inflight.set(c.digest, p);
+    mine.set(c.digest, entry);
+    return p.then((b) => this.sized(b, c));
   }
 
-  private checkSize(b: Buffer, c: Chunk): Buffer {
-    if (b.length !== c.size) throw this.badToc(`chunk size ${c.size} does not match its digest's content`, c);
+  private async zeros(c: Chunk, context: ErrorContext | undefined): Promise<ChunkBytes> {
+    // Checked once per (size, digest) without ever allocating the hole.
+    await verifyZeros(c, context === undefined ? this.ctx.context : { ...this.ctx.context, ...context });
+    return ZEROS;
+  }
+
+  /** The bytes, or a rejected promise when the TOC's size disagrees with the digest's content. */
+  private sized(b: Buffer, c: Chunk): Buffer | Promise<Buffer> {
+    if (b.length !== c.size) {
+      return Promise.reject(this.badToc(`chunk size ${c.size} does not match its digest's content`, c));
+    }
     return b;
   }
 
@@ -130,6 +158,27 @@ export class ChunkLoader {
   }
 
   private async resolve(entries: Pending[]): Promise<void> {
+    try {
+      await this.resolveEntries(entries);
+    } catch (err) {
+      for (const e of entries) if (!e.settled) e.reject(asStoreError(err, 'E_IO', this.ctx.context));
+    } finally {
+      // Safety net: no single-flight entry may stay pending, or later reads would wait forever.
+      for (const e of entries) {
+        if (!e.settled) {
+          e.reject(
+            new StoreError('E_IO', 'chunk load ended without a result', {
+              ...this.ctx.context,
+              offset: e.chunk.fileOffset,
+              digest: e.chunk.digest,
+            }),
+          );
+        }
+      }
+    }
+  }
+
+  private async resolveEntries(entries: Pending[]): Promise<void> {
     const missing: Pending[] = [];
     await Promise.all(
       entries.map(async (e) => {
@@ -184,40 +233,68 @@ export class ChunkLoader {
       const buf = bufs[i]!;
       for (const s of r.spans) {
         const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
-        for (const e of s.entries) decodes.push(this.decodeOne(span, e));
+        // chunks sharing one member (same span) are decoded together: the member once
+        if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
+        else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
       }
     });
     await Promise.all(decodes);
   }
 
+  private async decodeShared(span: Buffer, entries: Pending[]): Promise<void> {
+    let results: Array<Buffer | StoreError>;
+    try {
+      results = await decodeChunks(
+        this.ctx.compression,
+        span,
+        entries.map((e) => e.chunk),
+        this.ctx.context,
+      );
+    } catch (err) {
+      for (const e of entries) e.reject(asStoreError(err, 'E_DECOMPRESS', this.ctx.context));
+      return;
+    }
+    entries.forEach((e, i) => {
+      const r = results[i]!;
+      if (r instanceof StoreError) e.reject(r);
+      else this.deliver(e, r);
+    });
+  }
+
+  private deliver(e: Pending, data: Buffer): void {
+    this.ctx.onVerified(e.chunk);
+    e.resolve(data);
+    // Not awaited: the reader gets its bytes now; the cache write finishes on its own.
+    this.ctx.cache.put(e.chunk.digest, data).catch((err: unknown) => {
+      this.ctx.logger.warn({ err, digest: e.chunk.digest }, 'chunk cache put failed');
+    });
+  }
+
   private async decodeOne(span: Buffer, e: Pending): Promise<void> {
     try {
-      const data = await decodeChunk(this.ctx.compression, span, e.chunk, this.ctx.context);
-      this.ctx.onVerified(e.chunk);
-      e.resolve(data);
-      // Not awaited: the reader gets its bytes now; the cache write finishes on its own.
-      this.ctx.cache.put(e.chunk.digest, data).catch((err: unknown) => {
-        this.ctx.logger.warn({ err, digest: e.chunk.digest }, 'chunk cache put failed');
-      });
+      this.deliver(e, await decodeChunk(this.ctx.compression, span, e.chunk, this.ctx.context));
     } catch (err) {
       e.reject(asStoreError(err, 'E_DECOMPRESS', this.ctx.context));
     }
   }
 
   /** Read ranges with one multi-range request when the source can, else bounded parallel reads. */
-  async readRanges(ranges: ByteRange[], signal?: AbortSignal): Promise<Buffer[]> {
+  async readRanges(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]> {
     const src = this.ctx.source;
     let bufs: Buffer[];
     const plain = ranges.map((r) => ({ offset: r.offset, length: r.length }));
     if (src.readRanges !== undefined && ranges.length > 1) {
-      bufs = await src.readRanges(plain, signal);
+      bufs = await (opts === undefined ? src.readRanges(plain, signal) : src.readRanges(plain, signal, opts));
     } else {
       bufs = new Array<Buffer>(ranges.length);
       let next = 0;
       const worker = async (): Promise<void> => {
         while (next < ranges.length) {
           const i = next++;
-          bufs[i] = await src.read(plain[i]!.offset, plain[i]!.length, signal);
+          const r = plain[i]!;
+          bufs[i] = await (opts === undefined
+            ? src.read(r.offset, r.length, signal)
+            : src.read(r.offset, r.length, signal, opts));
         }
       };
       await Promise.all(Array.from({ length: Math.min(this.ctx.rangeConcurrency, ranges.length) }, worker));

@@ -52,23 +52,50 @@ interface WorkerMessage {
   message?: string;
 }
 
-/** sha256 of the decompressed stream of a layer's compressed bytes, fed in order. */
+/** DiffID worker threads currently alive. */
+let live = 0;
+
+/**
+ * sha256 of the decompressed stream of a layer's compressed bytes, fed in order. The worker thread
+ * is started by the first write (or end()), not by the constructor, so a pass still waiting for
+ * its turn holds no thread.
+ */
 export class StreamDigest {
-  private readonly worker: Worker;
+  /** DiffID worker threads alive in this process (status and tests). */
+  static get liveWorkers(): number {
+    return live;
+  }
+
+  private worker: Worker | undefined;
   private nextId = 0;
   private readonly acks = new Map<number, { resolve: () => void; reject: (e: Error) => void }>();
-  private result: Promise<{ digest: string; size: number }>;
+  private result: Promise<{ digest: string; size: number }> | undefined;
   private failure: Error | undefined;
   private queued: Array<Promise<void>> = [];
-  private readonly ring = new SharedArrayBuffer(PIECE * SLOTS);
+  private ring: SharedArrayBuffer | undefined;
+  private destroyed = false;
 
-  constructor(compression: Compression) {
-    this.worker = new Worker(WORKER_SOURCE, {
+  constructor(private readonly compression: Compression) {}
+
+  private start(): { worker: Worker; ring: SharedArrayBuffer } {
+    if (this.worker !== undefined && this.ring !== undefined) return { worker: this.worker, ring: this.ring };
+    if (this.destroyed) throw new StoreError('E_ABORTED', 'diffid stream already closed');
+    const ring = new SharedArrayBuffer(PIECE * SLOTS);
+    const worker = new Worker(WORKER_SOURCE, {
       eval: true,
-      workerData: { compression, zstdPath, shared: this.ring, piece: PIECE },
+      workerData: { compression: this.compression, zstdPath, shared: ring, piece: PIECE },
     });
+    live++;
+    let exited = false;
+    const onExit = (): void => {
+      if (exited) return;
+      exited = true;
+      live--;
+    };
+    this.worker = worker;
+    this.ring = ring;
     this.result = new Promise((resolve, reject) => {
-      this.worker.on('message', (m: WorkerMessage) => {
+      worker.on('message', (m: WorkerMessage) => {
         if (m.t === 'ack' && m.id !== undefined) {
           this.acks.get(m.id)?.resolve();
           this.acks.delete(m.id);
@@ -78,10 +105,14 @@ export class StreamDigest {
           this.fail(new StoreError('E_DECOMPRESS', `layer stream does not decompress: ${m.message}`), reject);
         }
       });
-      this.worker.on('error', (err) => this.fail(err, reject));
-      this.worker.on('exit', () => this.fail(new StoreError('E_IO', 'diffid worker exited'), reject));
+      worker.on('error', (err) => this.fail(err, reject));
+      worker.on('exit', () => {
+        onExit();
+        this.fail(new StoreError('E_IO', 'diffid worker exited'), reject);
+      });
     });
     this.result.catch(() => undefined);
+    return { worker, ring };
   }
 
   private fail(err: Error, reject: (e: Error) => void): void {
@@ -101,6 +132,7 @@ export class StreamDigest {
     for (let off = 0; off < buf.length; off += PIECE) {
       if (beforePiece !== undefined) await beforePiece();
       if (this.failure !== undefined) throw this.failure;
+      const { worker, ring } = this.start();
       const piece = buf.subarray(off, Math.min(buf.length, off + PIECE));
       const id = this.nextId++;
       const acked = new Promise<void>((resolve, reject) => this.acks.set(id, { resolve, reject }));
@@ -109,8 +141,8 @@ export class StreamDigest {
       // At most SLOTS pieces are unacknowledged here (see the wait below), so slot id % SLOTS
       // was acknowledged (consumed) before it is overwritten.
       const slot = id % SLOTS;
-      new Uint8Array(this.ring, slot * PIECE, piece.length).set(piece);
-      this.worker.postMessage({ t: 'data', id, slot, len: piece.length });
+      new Uint8Array(ring, slot * PIECE, piece.length).set(piece);
+      worker.postMessage({ t: 'data', id, slot, len: piece.length });
       while (this.queued.length > MAX_QUEUED) await this.queued.shift();
     }
   }
@@ -118,15 +150,17 @@ export class StreamDigest {
   /** Finish the stream: the digest and length of everything decompressed. */
   async end(): Promise<{ digest: string; size: number }> {
     if (this.failure !== undefined) throw this.failure;
-    this.worker.postMessage({ t: 'end' });
+    const { worker } = this.start();
+    worker.postMessage({ t: 'end' });
     try {
-      return await this.result;
+      return await this.result!;
     } finally {
       await this.destroy();
     }
   }
 
   async destroy(): Promise<void> {
-    await this.worker.terminate();
+    this.destroyed = true;
+    await this.worker?.terminate();
   }
 }

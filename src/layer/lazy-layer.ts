@@ -3,9 +3,9 @@ import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../f
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { backgroundPass } from './background.js';
-import { ChunkLoader } from './chunk-loader.js';
+import { ChunkLoader, ZEROS, type ChunkBytes } from './chunk-loader.js';
 import { withDeadline } from './deadline.js';
-import { planLayer, planLayerAsync, planUnits, type LayerPlan } from './plan.js';
+import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
 import type { BlobSource, LayerState, ReadOptions } from './types.js';
@@ -65,7 +65,11 @@ export class LazyLayer {
   private readonly context: ErrorContext;
   private readonly deadlineMs: number;
   private readonly closing = new AbortController();
+  /** Built asynchronously (start() / pin()); never on a synchronous path such as state(). */
   private planCache: LayerPlan | undefined;
+  private planPromise: Promise<LayerPlan> | undefined;
+  private pinRequested = false;
+  private uncompressedSize: number | undefined;
   private readonly verified = new Set<string>();
   private verifiedBytes = 0;
   private bytesFetched = 0;
@@ -111,8 +115,13 @@ export class LazyLayer {
     });
   }
 
-  private get plan(): LayerPlan {
-    return (this.planCache ??= planLayer(this.index));
+  /** The layer's chunk plan, built once, in slices (huge TOCs must not stall the event loop). */
+  private ensurePlan(): Promise<LayerPlan> {
+    this.planPromise ??= planLayerAsync(this.index).then((plan) => {
+      this.planCache = plan;
+      return plan;
+    });
+    return this.planPromise;
   }
 
   /**
@@ -122,16 +131,30 @@ export class LazyLayer {
   start(): void {
     if (this.started !== undefined) return;
     this.started = (async () => {
-      this.planCache ??= await planLayerAsync(this.index);
+      await this.ensurePlan();
       if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {
         const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
-        if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) this.fullyVerified = true;
+        if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) {
+          this.fullyVerified = true;
+          if (Number.isSafeInteger(saved.uncompressedSize) && saved.uncompressedSize! >= 0) {
+            this.uncompressedSize = saved.uncompressedSize;
+          }
+        }
       }
     })().catch((err: unknown) => this.recordError(err, 'layer start-up failed'));
-    this.prefetchPromise = this.started.then(() => this.runPrefetch());
-    this.backgroundPromise = this.prefetchPromise.then(() =>
-      this.opts.backgroundFetch === false ? undefined : this.runBackground(),
-    );
+    // Each stage ends in a catch: an unexpected throw is recorded, never an unhandled rejection
+    // (which would take the whole FUSE server down).
+    this.prefetchPromise = this.started
+      .then(async () => {
+        if (this.planCache !== undefined) await this.runPrefetch(this.planCache);
+      })
+      .catch((err: unknown) => this.recordError(err, 'prefetch failed'));
+    this.backgroundPromise = this.prefetchPromise
+      .then(async () => {
+        if (this.opts.backgroundFetch === false || this.planCache === undefined) return;
+        await this.runBackground(this.planCache);
+      })
+      .catch((err: unknown) => this.recordError(err, 'background fetch failed'));
   }
 
   whenPrefetched(): Promise<void> {
@@ -168,7 +191,7 @@ export class LazyLayer {
     const mem = this.loader.tryMemory(chunks);
     if (mem !== undefined) return assemble(node, chunks, mem, offset, end, this.context);
     const ctx = { ...this.context, path: node.path, offset };
-    const work = this.loader.load(chunks).then((bufs) => {
+    const work = this.loader.load(chunks, { path: node.path }).then((bufs) => {
       if (this.badError !== undefined) throw this.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
@@ -181,14 +204,20 @@ export class LazyLayer {
     }
   }
 
+  /** A snapshot; cheap and synchronous (chunk totals read 0 until the plan exists). */
   state(): LayerState {
-    const total = this.plan.totalChunkBytes;
+    const plan = this.planCache;
+    const total = plan?.totalChunkBytes ?? 0;
+    let percent = 0;
+    if (plan !== undefined) {
+      percent = total === 0 ? 100 : Math.min(100, Math.floor((100 * this.verifiedBytes) / total));
+    }
     const s: LayerState = {
       bytesFetched: this.bytesFetched,
       totalBytes: this.index.blobSize,
-      percent: total === 0 ? 100 : Math.min(100, Math.floor((100 * this.verifiedBytes) / total)),
+      percent,
       chunksVerified: this.verified.size,
-      chunksTotal: this.plan.chunks.length,
+      chunksTotal: plan?.chunks.length ?? 0,
       prefetchDone: this.prefetchDone,
       backgroundDone: this.backgroundDone,
       fullyVerified: this.fullyVerified,
@@ -196,18 +225,32 @@ export class LazyLayer {
       pinned: this.cache.isPinned(this.layerKey),
     };
     if (this.lastError !== undefined) s.lastError = this.lastError;
+    if (this.uncompressedSize !== undefined) s.uncompressedSize = this.uncompressedSize;
     return s;
   }
 
-  /** Keep every chunk of this layer in the cache (never evicted) until unpin(). */
+  /**
+   * Keep every chunk of this layer in the cache (never evicted) until unpin(). The layer counts
+   * as pinned at once; its chunk digests join the pin as soon as the plan exists.
+   */
   pin(): void {
-    this.cache.pin(
-      this.layerKey,
-      this.plan.chunks.map((c) => c.digest),
+    this.pinRequested = true;
+    this.cache.pin(this.layerKey, this.planCache?.chunks.map((c) => c.digest) ?? []);
+    if (this.planCache !== undefined) return;
+    this.ensurePlan().then(
+      (plan) => {
+        if (this.pinRequested)
+          this.cache.pin(
+            this.layerKey,
+            plan.chunks.map((c) => c.digest),
+          );
+      },
+      (err: unknown) => this.recordError(err, 'cannot plan the layer for pinning'),
     );
   }
 
   unpin(): void {
+    this.pinRequested = false;
     this.cache.unpin(this.layerKey);
   }
 
@@ -225,10 +268,15 @@ export class LazyLayer {
     this.verifiedBytes += c.size;
   }
 
+  /** Remember an error for state() and log it. Never throws: it is the last line of defence. */
   private recordError(err: unknown, what: string): void {
     const e = asStoreError(err, 'E_IO', this.context);
     this.lastError = `${e.code}: ${e.message}`;
-    this.logger.warn({ err: e }, what);
+    try {
+      this.logger.warn({ err: e }, what);
+    } catch {
+      // a failing logger must not turn a recorded error into an unhandled one
+    }
   }
 
   private prefetchEnd(): number {
@@ -239,10 +287,10 @@ export class LazyLayer {
     return Math.min(this.index.blobSize, Math.max(0, this.opts.prefetchBytes ?? 0));
   }
 
-  private async runPrefetch(): Promise<void> {
+  private async runPrefetch(plan: LayerPlan): Promise<void> {
     const end = this.prefetchEnd();
     const batchBytes = this.opts.prefetchBatchBytes ?? 16 * 1024 * 1024;
-    const wanted = this.plan.chunks.filter((c) => c.compressedOffset < end);
+    const wanted = plan.chunks.filter((c) => c.compressedOffset < end);
     const started = Date.now();
     let batch: Chunk[] = [];
     let batchStart = 0;
@@ -271,9 +319,12 @@ export class LazyLayer {
     }
   }
 
-  private async runBackground(): Promise<void> {
+  private async runBackground(plan: LayerPlan): Promise<void> {
     const passes = this.opts.maxBackgroundPasses ?? 3;
-    const units = planUnits(this.plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 8 * 1024 * 1024);
+    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 8 * 1024 * 1024);
+    // A DiffID mismatch is checked once more with freshly fetched bytes before the layer is
+    // declared bad: a corrupted cache or proxy on the way must not condemn a good layer.
+    let recheck = false;
     for (let attempt = 1; attempt <= passes; attempt++) {
       if (this.closing.signal.aborted) return;
       const hash = this.opts.expectedDiffID !== undefined && !this.fullyVerified;
@@ -289,6 +340,7 @@ export class LazyLayer {
           window: Math.max(1, this.opts.backgroundWindow ?? 2),
           cancel: this.closing.signal,
           context: this.context,
+          ...(recheck ? { fresh: true } : {}),
           onVerified: (c) => this.markVerified(c),
           onChunkError: (err) => this.recordError(err, 'background chunk verification failed'),
         });
@@ -300,7 +352,14 @@ export class LazyLayer {
           );
         }
         this.backgroundDone = true;
-        if (r.stream !== undefined) await this.checkDiffID(r.stream);
+        if (r.stream !== undefined) {
+          const matched = await this.checkDiffID(r.stream, recheck);
+          if (!matched && !recheck) {
+            recheck = true;
+            attempt--; // the re-check is not a failed attempt
+            continue;
+          }
+        }
         this.logger.info(
           { ms: Date.now() - started, bytesFetched: this.bytesFetched, fullyVerified: this.fullyVerified },
           'background fetch complete',
@@ -314,35 +373,57 @@ export class LazyLayer {
     }
   }
 
-  private async checkDiffID(stream: { digest: string; size: number }): Promise<void> {
+  /**
+   * Compare the stream with the config's diff_id. A match is remembered (and persisted); a
+   * mismatch marks the layer bad only when `final` (after the fresh re-check pass).
+   */
+  private async checkDiffID(stream: { digest: string; size: number }, final: boolean): Promise<boolean> {
     const expected = this.opts.expectedDiffID!;
     if (stream.digest === expected) {
       this.fullyVerified = true;
+      this.uncompressedSize = stream.size;
       if (this.opts.stateDir !== undefined) {
         await saveLayerState(this.opts.stateDir, {
           layerKey: this.layerKey,
           diffID: expected,
           fullyVerified: true,
           verifiedAt: new Date().toISOString(),
+          uncompressedSize: stream.size,
         }).catch((err: unknown) => this.recordError(err, 'cannot persist layer state'));
       }
-      return;
+      return true;
     }
-    this.badError = new StoreError(
+    const context = { ...this.context, expected, actual: stream.digest, uncompressedSize: stream.size };
+    if (!final) {
+      const error = new StoreError(
+        'E_DIGEST_MISMATCH',
+        `layer stream does not match the diff_id (expected ${expected}, got ${stream.digest}); re-checking with freshly fetched bytes`,
+        context,
+      );
+      this.lastError = `${error.code}: ${error.message}`;
+      this.logger.warn({ err: error }, 'DiffID mismatch; re-checking');
+      return false;
+    }
+    const error = new StoreError(
       'E_LAYER_BAD',
       `layer content does not match the image config diff_id: expected ${expected}, got ${stream.digest}`,
-      { ...this.context, expected, actual: stream.digest, uncompressedSize: stream.size },
+      context,
     );
-    this.lastError = `${this.badError.code}: ${this.badError.message}`;
+    this.lastError = `${error.code}: ${error.message}`;
+    this.badError = error;
     this.logger.error({ err: this.badError }, 'layer marked bad');
+    return false;
   }
 }
 
-/** Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). */
+/**
+ * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). `ZEROS`
+ * entries are zeros chunks: only the requested part of them is ever allocated.
+ */
 function assemble(
   node: TreeNode,
   chunks: readonly Chunk[],
-  bufs: readonly Buffer[],
+  bufs: readonly ChunkBytes[],
   offset: number,
   end: number,
   context: ErrorContext,
@@ -354,7 +435,9 @@ function assemble(
     first.fileOffset <= offset &&
     first.fileOffset + first.size >= end
   ) {
-    return bufs[0]!.subarray(offset - first.fileOffset, end - first.fileOffset);
+    const b = bufs[0];
+    if (b === ZEROS) return Buffer.alloc(end - offset);
+    return b!.subarray(offset - first.fileOffset, end - first.fileOffset);
   }
   const out = Buffer.allocUnsafe(end - offset);
   let pos = offset;
@@ -363,7 +446,9 @@ function assemble(
     if (c.fileOffset > pos) break;
     const from = pos - c.fileOffset;
     const to = Math.min(end, c.fileOffset + c.size) - c.fileOffset;
-    bufs[i]!.copy(out, pos - offset, from, to);
+    const b = bufs[i];
+    if (b === ZEROS) out.fill(0, pos - offset, pos - offset + (to - from));
+    else b!.copy(out, pos - offset, from, to);
     pos += to - from;
   }
   if (pos !== end || first === undefined || first.fileOffset > offset) {

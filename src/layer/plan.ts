@@ -1,4 +1,5 @@
 import type { Chunk, LayerIndex, TreeNode } from '../format/model.js';
+import { Slicer } from '../format/toc.js';
 
 export interface LayerPlan {
   /** Distinct (by digest) chunks that need data from the blob, sorted by compressed offset. */
@@ -7,20 +8,18 @@ export interface LayerPlan {
   totalChunkBytes: number;
 }
 
-/** Chunks of every regular file, deduplicated by digest; `zeros` chunks need no data. */
-export function planLayer(index: LayerIndex): LayerPlan {
-  const byDigest = new Map<string, Chunk>();
-  for (const node of index.nodes) collect(node, byDigest);
-  return finish(byDigest);
-}
-
-/** Same as planLayer, yielding to the event loop every few thousand nodes (huge TOCs). */
-export async function planLayerAsync(index: LayerIndex, batch = 20_000): Promise<LayerPlan> {
+/**
+ * Chunks of every regular file, deduplicated by digest (`zeros` chunks need no data), giving the
+ * event loop a turn every few ms (checked every `batch` nodes): a TOC can have millions of files
+ * and this runs on the thread that serves FUSE.
+ */
+export async function planLayerAsync(index: LayerIndex, batch = 1000): Promise<LayerPlan> {
   const byDigest = new Map<string, Chunk>();
   const nodes = index.nodes;
+  const slicer = new Slicer();
   for (let i = 0; i < nodes.length; i++) {
     collect(nodes[i], byDigest);
-    if (i % batch === batch - 1) await new Promise<void>((r) => setImmediate(r));
+    if (i % batch === batch - 1) await slicer.tick();
   }
   return finish(byDigest);
 }
@@ -41,6 +40,9 @@ function finish(byDigest: Map<string, Chunk>): LayerPlan {
   return { chunks, totalChunkBytes: total };
 }
 
+/** Smallest background unit: smaller ones cost a request each for almost nothing. */
+const MIN_UNIT_BYTES = 4096;
+
 export interface FetchUnit {
   /** Compressed range [offset, end). */
   offset: number;
@@ -55,6 +57,9 @@ export interface FetchUnit {
  * the units together cover the whole blob, which the DiffID stream needs.
  */
 export function planUnits(plan: LayerPlan, blobSize: number, unitBytes: number): FetchUnit[] {
+  // a zero, negative or NaN unit size would never advance through the tail
+  if (!(unitBytes >= 1)) unitBytes = MIN_UNIT_BYTES;
+  unitBytes = Math.max(MIN_UNIT_BYTES, Math.floor(unitBytes));
   const units: FetchUnit[] = [];
   let start = 0;
   let maxEnd = 0;

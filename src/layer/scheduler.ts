@@ -8,6 +8,11 @@ export interface SchedulerOptions {
    * worker free for on-demand reads.
    */
   backgroundCpuConcurrency?: number;
+  /**
+   * Whole-layer DiffID passes hashing at once, across all layers (each holds one worker thread
+   * and a decompressor for its whole pass). Default 2.
+   */
+  hashConcurrency?: number;
 }
 
 export interface SchedulerStats {
@@ -15,6 +20,9 @@ export interface SchedulerStats {
   backgroundRunning: number;
   backgroundWaiting: number;
   preemptions: number;
+  /** DiffID passes holding a hash slot / waiting for one. */
+  hashRunning: number;
+  hashWaiting: number;
 }
 
 /** Abort reason used when on-demand work takes the network back from a background task. */
@@ -43,11 +51,39 @@ export class FetchScheduler {
   private preemptions = 0;
   private readonly cpuConcurrency: number;
   private cpuRunning = 0;
+  private readonly hashConcurrency: number;
+  private hashRunning = 0;
+  private hashWaiting = 0;
 
   constructor(opts: SchedulerOptions = {}) {
     this.concurrency = Math.max(1, opts.backgroundConcurrency ?? 2);
     this.quietMs = Math.max(0, opts.quietMs ?? 250);
     this.cpuConcurrency = Math.max(1, opts.backgroundCpuConcurrency ?? 1);
+    this.hashConcurrency = Math.max(1, opts.hashConcurrency ?? 2);
+  }
+
+  /**
+   * Run a whole hashing pass (`fn`) once one of the store-wide hash slots is free, so the number of
+   * DiffID worker threads stays bounded however many layers are mounted.
+   */
+  async withHashSlot<T>(fn: () => Promise<T>, cancel?: AbortSignal): Promise<T> {
+    this.hashWaiting++;
+    try {
+      // check and claim in the same tick, like acquire()
+      while (this.hashRunning >= this.hashConcurrency) {
+        await this.waitUntil(() => this.hashRunning < this.hashConcurrency, cancel);
+      }
+      if (cancel?.aborted) throw cancel.reason;
+    } finally {
+      this.hashWaiting--;
+    }
+    this.hashRunning++;
+    try {
+      return await fn();
+    } finally {
+      this.hashRunning--;
+      this.wake();
+    }
   }
 
   /**
@@ -111,6 +147,8 @@ export class FetchScheduler {
       backgroundRunning: this.running.size,
       backgroundWaiting: this.waiters.length,
       preemptions: this.preemptions,
+      hashRunning: this.hashRunning,
+      hashWaiting: this.hashWaiting,
     };
   }
 

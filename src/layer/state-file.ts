@@ -9,6 +9,8 @@ export interface PersistedLayerState {
   diffID: string;
   fullyVerified: boolean;
   verifiedAt: string;
+  /** Length of the verified DiffID stream (absent in files written by older versions). */
+  uncompressedSize?: number;
 }
 
 function fileFor(dir: string, layerKey: string): string {

@@ -10,8 +10,19 @@ export interface ByteRange {
  * buffer. `readRanges` (multi-range request) is optional; without it each range is read alone.
  */
 export interface BlobSource extends RangeReader {
-  /** One buffer per range, same order, each exactly `length` bytes; or a StoreError. */
-  readRanges?(ranges: ByteRange[], signal?: AbortSignal): Promise<Buffer[]>;
+  /**
+   * One buffer per range, same order, each exactly `length` bytes; or a StoreError. With
+   * `opts.fresh` the bytes should come from the origin, not from a cache of compressed bytes
+   * (sources without such a cache ignore it).
+   */
+  readRanges?(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]>;
+  /** `read` receives the same optional third argument. */
+  read(offset: number, length: number, signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer>;
+}
+
+export interface FetchOptions {
+  /** Bypass any cache of compressed bytes (re-check after a DiffID mismatch). */
+  fresh?: boolean;
 }
 
 export interface ReadOptions {
@@ -25,10 +36,13 @@ export interface LayerState {
   bytesFetched: number;
   /** Compressed blob size. */
   totalBytes: number;
-  /** Share (0-100) of the layer's distinct chunk bytes verified and cached at some point. */
+  /**
+   * Share (0-100) of the layer's distinct chunk bytes verified and cached at some point; 0 until
+   * the chunk plan exists (built asynchronously by start() or pin(), never by state()).
+   */
   percent: number;
   chunksVerified: number;
-  /** Distinct non-zero chunks of the layer. */
+  /** Distinct non-zero chunks of the layer; 0 until the chunk plan exists. */
   chunksTotal: number;
   prefetchDone: boolean;
   /** The background pass has visited every chunk. */
@@ -37,6 +51,11 @@ export interface LayerState {
   fullyVerified: boolean;
   /** DiffID mismatch: every read fails with E_LAYER_BAD. */
   bad: boolean;
+  /**
+   * Length of the decompressed layer (the DiffID stream, i.e. the tar's size), known once a
+   * background pass matched the diff_id (or from persisted state); undefined before.
+   */
+  uncompressedSize?: number;
   lastError?: string;
   pinned: boolean;
 }

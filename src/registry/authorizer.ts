@@ -2,6 +2,7 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { BoundedMap } from './bounded-map.js';
 import { parseWwwAuthenticate, type Challenge } from './challenge.js';
 import { hasSecret, type CredentialProvider, type Credentials } from './credentials.js';
 import type { Endpoint } from './hosts.js';
@@ -32,6 +33,8 @@ const EXPIRY_MARGIN_MS = 5_000;
 const DEFAULT_TOKEN_LIFETIME_S = 60;
 const MAX_TOKEN_RESPONSE = 1 << 20;
 const CLIENT_ID = 'stargz-store-ts';
+/** Tokens are per origin + repository: bound them (an evicted live token is just fetched again). */
+const MAX_TOKENS = 4096;
 
 export type DispatcherFor = (ep: Endpoint) => Promise<Dispatcher>;
 
@@ -46,7 +49,8 @@ export class Authorizer {
     string,
     { kind: 'basic' } | { kind: 'bearer'; params: BearerParams }
   >();
-  private readonly tokens = new Map<string, CachedToken>();
+  /** Expired tokens are dropped when read and swept as new ones arrive. */
+  private readonly tokens = new BoundedMap<CachedToken>(MAX_TOKENS);
   private readonly inflight = new Map<string, Promise<string>>();
   /** number of token requests sent (tests and metrics) */
   tokenRequests = 0;
@@ -57,6 +61,11 @@ export class Authorizer {
     private readonly logger: Logger = silentLogger,
     private readonly userAgent = 'stargz-store-ts',
   ) {}
+
+  /** Tokens held right now (memory bounds). */
+  get cachedTokens(): number {
+    return this.tokens.size;
+  }
 
   private key(ctx: AuthContext): string {
     return `${ctx.ep.origin}|${ctx.scope}`;
@@ -219,7 +228,8 @@ export class Authorizer {
     // a skewed server clock must not make us keep a token longer than the server meant
     const base = Number.isNaN(issued) ? started : Math.min(started, issued);
     const header = `Bearer ${token}`;
-    this.tokens.set(this.key(ctx), { header, expiresAt: base + lifetime * 1000 - EXPIRY_MARGIN_MS });
+    const expiresAt = base + lifetime * 1000 - EXPIRY_MARGIN_MS;
+    this.tokens.set(this.key(ctx), { header, expiresAt }, expiresAt);
     this.logger.debug({ host: ctx.ep.host, scope, expiresInSec: lifetime }, 'registry token obtained');
     return header;
   }

@@ -5,7 +5,7 @@ import type { BlockCache } from './block-cache.js';
 import { blockRange, blockRuns, blockSpan, coalesce, type ByteRange } from './byte-ranges.js';
 import type { Endpoint } from './hosts.js';
 import { consumeRangeResponse, type RangeOutcome, type Span } from './range-fetch.js';
-import { abortedError } from './signals.js';
+import { abortedError, raceSignal } from './signals.js';
 import type { Transport } from './transport.js';
 
 export type { ByteRange } from './byte-ranges.js';
@@ -178,7 +178,7 @@ export class RegistryBlobReader implements BlobReader {
         [...joined].map(async (f) => {
           let got: Map<number, Buffer>;
           try {
-            got = await this.wait(f, signal);
+            got = await raceSignal(f.promise, signal, this.ctx);
           } catch (err) {
             if (!f.speculative || signal?.aborted) throw err;
             // the read-ahead failed: fetch what this read needs itself (errors are then ours)
@@ -286,26 +286,6 @@ export class RegistryBlobReader implements BlobReader {
       src.copy(out, from - r.offset, from - bStart, to - bStart);
     }
     return out;
-  }
-
-  /** Await a flight, or reject early with the caller's abort reason. */
-  private wait(f: Flight, signal?: AbortSignal): Promise<Map<number, Buffer>> {
-    if (!signal) return f.promise;
-    return new Promise((resolve, reject) => {
-      const onAbort = () => reject(abortedError(signal, this.ctx));
-      if (signal.aborted) return onAbort();
-      signal.addEventListener('abort', onAbort, { once: true });
-      f.promise.then(
-        (v) => {
-          signal.removeEventListener('abort', onAbort);
-          resolve(v);
-        },
-        (e: unknown) => {
-          signal.removeEventListener('abort', onAbort);
-          reject(e instanceof Error ? e : new Error(String(e)));
-        },
-      );
-    });
   }
 
   /** A waiter gave up: cancel the fetch once nobody wants it any more. */

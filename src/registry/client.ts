@@ -1,6 +1,7 @@
 import { StoreError, isStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { BlockCache } from './block-cache.js';
+import { BoundedMap } from './bounded-map.js';
 import { RegistryBlobReader, type BlobReader, type HostRangeState } from './blob-reader.js';
 import { parseContentRange } from './byte-ranges.js';
 import { CredentialChain, type CredentialProvider } from './credentials.js';
@@ -86,11 +87,14 @@ export interface ResolvedImage {
   index?: { digest: string; mediaType: string; manifests: Descriptor[] };
 }
 
+/** How a name matched a layer: its blob digest (OLD c/storage) or a TOC digest annotation (NEW). */
+export type LayerMatchKind = 'blob' | 'toc';
+
 export interface FoundLayer {
   image: ResolvedImage;
   layerIndex: number;
   descriptor: LayerDescriptor;
-  matchedBy: 'digest' | 'toc';
+  matchedBy: LayerMatchKind;
 }
 
 interface FetchedManifest {
@@ -103,6 +107,7 @@ const MANIFEST_MEDIA = new Set([MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST]);
 const INDEX_MEDIA = new Set([MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST]);
 const MAX_INDEX_DEPTH = 4;
 const DIGEST_CACHE_ENTRIES = 512;
+const TAG_CACHE_ENTRIES = 4096;
 
 /** Map-based LRU (digest-addressed content never changes, so entries only age out for memory). */
 class Lru<V> {
@@ -134,7 +139,8 @@ export class RegistryClient {
   private readonly logger: Logger;
   private readonly cache: BlockCache;
   private readonly hostStates = new Map<string, HostRangeState>();
-  private readonly tagCache = new Map<string, { digest: string; expires: number }>();
+  /** tag -> manifest digest answers, each for tagTtlMs (bounded: a node sees many tags over time) */
+  private readonly tagCache = new BoundedMap<string>(TAG_CACHE_ENTRIES);
   private readonly manifests = new Lru<FetchedManifest>(DIGEST_CACHE_ENTRIES);
   private readonly configs = new Lru<{ config: ImageConfig; bytes: Buffer }>(DIGEST_CACHE_ENTRIES);
   private readonly inflight = new Map<string, Promise<unknown>>();
@@ -196,6 +202,11 @@ export class RegistryClient {
   /** Requests sent and tokens fetched so far (tests, status). */
   counters(): { requests: number; tokenRequests: number } {
     return { requests: this.transport.requests, tokenRequests: this.transport.authorizer.tokenRequests };
+  }
+
+  /** Entries held by the client's name-keyed caches (memory bounds; tests and status). */
+  cacheSizes(): { tags: number; tokens: number } {
+    return { tags: this.tagCache.size, tokens: this.transport.authorizer.cachedTokens };
   }
 
   async close(): Promise<void> {
@@ -282,9 +293,9 @@ export class RegistryClient {
       const hit = this.manifests.get(reference);
       if (hit) return hit;
     } else {
-      const t = this.tagCache.get(`${repoKey}:${reference}`);
-      if (t && Date.now() < t.expires) {
-        const hit = this.manifests.get(t.digest);
+      const digest = this.tagCache.get(`${repoKey}:${reference}`);
+      if (digest !== undefined) {
+        const hit = this.manifests.get(digest);
         if (hit) return hit;
       }
     }
@@ -329,7 +340,7 @@ export class RegistryClient {
       };
       this.manifests.set(digest, fm);
       if (!byDigest && this.o.tagTtlMs > 0) {
-        this.tagCache.set(`${repoKey}:${reference}`, { digest, expires: Date.now() + this.o.tagTtlMs });
+        this.tagCache.set(`${repoKey}:${reference}`, digest, Date.now() + this.o.tagTtlMs);
       }
       return fm;
     });
@@ -658,9 +669,19 @@ export class RegistryClient {
     const head = await this.transport.send(
       { ...base, method: 'HEAD', deadlineMs: this.remaining(started, this.o.resolveTimeoutMs) },
       async (res) => {
-        if (res.status === 404 || res.status === 401 || res.status === 403) throw await statusError(res, ctx);
+        // The registry itself saying "no such blob" or "who are you" is final. Anything else that
+        // is not a 200 falls back to the GET probe: front-ends that refuse HEAD (405, 403), and
+        // pre-signed storage URLs after a redirect, which are often signed for GET only (403/401).
+        const crossOrigin = res.url.origin !== ep.origin;
+        if (!crossOrigin && (res.status === 404 || res.status === 401)) throw await statusError(res, ctx);
         await dump(res);
-        if (res.status !== 200) return undefined;
+        if (res.status !== 200) {
+          this.logger.debug(
+            { ...ctx, status: res.status, crossOrigin },
+            'HEAD gave no blob size; probing with a one-byte range GET',
+          );
+          return undefined;
+        }
         const dcd = res.headers['docker-content-digest'];
         if (typeof dcd === 'string' && dcd !== digest) {
           throw new StoreError('E_REGISTRY_PROTOCOL', `registry answered for ${dcd.slice(0, 80)}`, ctx);
@@ -699,7 +720,7 @@ export class RegistryClient {
 export function matchLayer(
   layers: ReadonlyArray<Descriptor | LayerDescriptor>,
   digestOrToc: string,
-): { layerIndex: number; descriptor: LayerDescriptor; matchedBy: 'digest' | 'toc' } | undefined {
+): { layerIndex: number; descriptor: LayerDescriptor; matchedBy: LayerMatchKind } | undefined {
   const pick = (l: Descriptor | LayerDescriptor): LayerDescriptor => ({
     digest: l.digest,
     size: l.size,
@@ -707,7 +728,7 @@ export function matchLayer(
     annotations: l.annotations,
   });
   const i = layers.findIndex((l) => l.digest === digestOrToc);
-  if (i >= 0) return { layerIndex: i, descriptor: pick(layers[i]!), matchedBy: 'digest' };
+  if (i >= 0) return { layerIndex: i, descriptor: pick(layers[i]!), matchedBy: 'blob' };
   const j = layers.findIndex((l) => TOC_ANNOTATIONS.some((k) => l.annotations[k] === digestOrToc));
   if (j >= 0) return { layerIndex: j, descriptor: pick(layers[j]!), matchedBy: 'toc' };
   return undefined;

@@ -1,5 +1,6 @@
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { BoundedMap } from './bounded-map.js';
 import { parseReference } from './reference.js';
 
 /** A secret for one registry. Never logged, never put in errors. */
@@ -36,6 +37,8 @@ export type HelperCredentialMap = Record<
   { username?: string; password?: string; identityToken?: string }
 >;
 
+const MAX_HELPER_CREDENTIALS = 4096;
+
 /**
  * Credentials pushed at run time by containers/image's `additional-layer-store-auth-helper`.
  * Kept in memory only; looked up by the reference being pulled, and only for requests to that
@@ -43,8 +46,10 @@ export type HelperCredentialMap = Record<
  */
 export class MemoryCredentialProvider implements CredentialProvider {
   readonly name = 'helper';
-  private readonly byRef = new Map<string, Credentials>();
-  private readonly byRepo = new Map<string, Credentials>();
+  // The helper pushes on every pull: keep the most recent ones only (an evicted entry comes back
+  // with the next pull of that image).
+  private readonly byRef = new BoundedMap<Credentials>(MAX_HELPER_CREDENTIALS);
+  private readonly byRepo = new BoundedMap<Credentials>(MAX_HELPER_CREDENTIALS);
 
   /** Merge a map (replacing entries with the same reference). Invalid input -> E_INVALID_ARGUMENT. */
   addCredentials(map: unknown): number {

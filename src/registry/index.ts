@@ -17,9 +17,8 @@
  * - Credentials: `MemoryCredentialProvider` (`addCredentials(map)` / `addCredentialsJson(text)`
  *   for the ALS auth-helper channel), `AuthFileProvider` (auth.json, docker config.json,
  *   credHelpers/credsStore), `defaultCredentialProviders(memory)` for the usual order.
- * - Configuration: `parseRegistriesConf(text)` (registries.conf v2/v1), `parseStoreResolverToml(text)`
- *   / `hostsFromResolverConfig(parsedToml)` (Go store `[[resolver.host."h".mirrors]]`),
- *   `mergeHostsConfigs(...)`.
+ * - Configuration: `parseRegistriesConf(text)` (registries.conf v2/v1), `mergeHostsConfigs(...)`.
+ *   The store's own config.toml (`[resolver]`, incl. TLS files) is parsed by store/config.ts.
  * - Manifest helpers: `tocAnnotation(descriptor)`, `tocOffsetHint(descriptor)`, annotation names.
  *
  * Errors are StoreErrors: E_BAD_REFERENCE, E_REGISTRY_UNAUTHORIZED / _DENIED / _NOT_FOUND /
@@ -40,6 +39,7 @@ export {
   type ResolvedImage,
   type FoundLayer,
   type LayerDescriptor,
+  type LayerMatchKind,
 } from './client.js';
 export type { BlobReader, BlobReaderStats, ByteRange } from './blob-reader.js';
 export {
@@ -52,7 +52,6 @@ export {
 } from './credentials.js';
 export { AuthFileProvider, defaultAuthFilePaths, type AuthFileOptions } from './auth-files.js';
 export {
-  hostsFromResolverConfig,
   mergeHostsConfigs,
   resolveEndpoints,
   isLoopbackHost,
@@ -62,12 +61,14 @@ export {
   type EndpointOptions,
   type Endpoint,
 } from './hosts.js';
-export { parseRegistriesConf, parseStoreResolverToml } from './registries-conf.js';
+export { parseRegistriesConf } from './registries-conf.js';
 export { parsePlatform, formatPlatform, hostPlatform, normalizePlatform, type Platform } from './platform.js';
 export {
   tocAnnotation,
   tocOffsetHint,
+  uncompressedSizeAnnotation,
   ANNOTATION_STARGZ_TOC,
+  ANNOTATION_UNCOMPRESSED_SIZE,
   ANNOTATION_ZSTD_CHECKSUM,
   ANNOTATION_ZSTD_CHECKSUM_LEGACY,
   ANNOTATION_ZSTD_POSITION,

@@ -25,6 +25,8 @@ export const ANNOTATION_ZSTD_CHECKSUM = 'io.containers.zstd-chunked.manifest-che
 export const ANNOTATION_ZSTD_CHECKSUM_LEGACY = 'io.github.containers.zstd-chunked.manifest-checksum';
 export const ANNOTATION_ZSTD_POSITION = 'io.containers.zstd-chunked.manifest-position';
 export const ANNOTATION_ZSTD_POSITION_LEGACY = 'io.github.containers.zstd-chunked.manifest-position';
+/** Size of the uncompressed tar (eStargz writers; ctr-remote also sets it on zstd:chunked). */
+export const ANNOTATION_UNCOMPRESSED_SIZE = 'io.containers.estargz.uncompressed-size';
 export const TOC_ANNOTATIONS = [
   ANNOTATION_STARGZ_TOC,
   ANNOTATION_ZSTD_CHECKSUM,
@@ -192,7 +194,9 @@ export function parseImageConfig(body: Buffer): ImageConfig {
 }
 
 /** The TOC-digest annotation of a layer descriptor, and which kind it is. */
-export function tocAnnotation(d: Descriptor): { key: string; value: string } | undefined {
+export function tocAnnotation(
+  d: Pick<Descriptor, 'annotations'>,
+): { key: string; value: string } | undefined {
   for (const key of TOC_ANNOTATIONS) {
     const value = d.annotations[key];
     if (value !== undefined && value !== '') return { key, value };
@@ -200,8 +204,16 @@ export function tocAnnotation(d: Descriptor): { key: string; value: string } | u
   return undefined;
 }
 
+/** `io.containers.estargz.uncompressed-size` when it is a valid byte count. */
+export function uncompressedSizeAnnotation(d: Pick<Descriptor, 'annotations'>): number | undefined {
+  const v = d.annotations[ANNOTATION_UNCOMPRESSED_SIZE];
+  if (v === undefined || !/^\d{1,16}$/.test(v)) return undefined;
+  const n = Number(v);
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
 /** TOC offset from `*.zstd-chunked.manifest-position` (`offset:length:ulength:type`). */
-export function tocOffsetHint(d: Descriptor): number | undefined {
+export function tocOffsetHint(d: Pick<Descriptor, 'annotations'>): number | undefined {
   const pos = d.annotations[ANNOTATION_ZSTD_POSITION] ?? d.annotations[ANNOTATION_ZSTD_POSITION_LEGACY];
   if (pos === undefined) return undefined;
   const fields = pos.split(':');

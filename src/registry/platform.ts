@@ -1,4 +1,3 @@
-import { arch as osArch, platform as osPlatform } from 'node:process';
 import { StoreError } from '../util/errors.js';
 
 /** OCI platform (only the fields that select a manifest). */
@@ -66,6 +65,9 @@ export function formatPlatform(p: Platform): string {
 
 /** The platform of this process (what the container runtime on this node runs by default). */
 export function hostPlatform(): Platform {
+  // read at call time (not bound at import), so the answer is always this process's
+  const osArch: string = process.arch;
+  const osPlatform: string = process.platform;
   const map: Record<string, string> = {
     x64: 'amd64',
     ia32: '386',

@@ -45,12 +45,16 @@ export async function consumeRangeResponse(
   }
   const multi = ranges.length > 1;
   if (res.status === 206) {
+    const span = requestedSpan(ranges);
     const boundary = multipartBoundary(res.headers['content-type']);
     if (boundary !== undefined) {
       const want = ranges.reduce((s, r) => s + r.length, 0) + PART_OVERHEAD * (ranges.length + 1);
       const body = await readAll(res, want, c);
       const parts = parseMultipartByteranges(body, boundary);
-      for (const p of parts) checkTotal(p.total, size, c);
+      for (const p of parts) {
+        checkTotal(p.total, size, c);
+        checkPart(p.start, p.end + 1, ranges, span, c);
+      }
       return {
         kind: 'parts',
         spans: parts.map((p) => ({ offset: p.start, data: p.data })),
@@ -59,10 +63,17 @@ export async function consumeRangeResponse(
       };
     }
     const cr = parseContentRange(res.headers['content-range'], c);
-    checkTotal(cr.total, size, c);
-    const len = cr.end - cr.start + 1;
-    const data = await readExactly(res, len, c);
-    return { kind: 'parts', spans: [{ offset: cr.start, data }], bytes: len, multipart: false };
+    try {
+      checkTotal(cr.total, size, c);
+      // before allocating anything: the part must be (part of) what was asked for
+      checkPart(cr.start, cr.end + 1, ranges, span, c);
+      checkContentLength(res, cr.end - cr.start + 1, c);
+    } catch (err) {
+      await dump(res);
+      throw err;
+    }
+    const { spans, bytes } = await collectRanges(res, ranges, cr.start, cr.end + 1, false, c);
+    return { kind: 'parts', spans, bytes, multipart: false };
   }
   if (res.status === 200) {
     const cl = Number(headerString(res.headers['content-length']));
@@ -74,7 +85,7 @@ export async function consumeRangeResponse(
         c,
       );
     }
-    const { spans, bytes } = await extractFromWhole(res, ranges, size, c);
+    const { spans, bytes } = await collectRanges(res, ranges, 0, size, true, c);
     return { kind: 'whole-blob', spans, bytes };
   }
   if (multi && (res.status === 400 || res.status === 416)) {
@@ -124,86 +135,117 @@ async function readAll(res: Response, max: number, ctx: ErrorContext): Promise<B
   return Buffer.concat(chunks, n);
 }
 
-/** Body of a plain 206 straight into one buffer of the announced length. */
-async function readExactly(res: Response, len: number, ctx: ErrorContext): Promise<Buffer> {
+/** [first requested byte, end of the last requested range). */
+function requestedSpan(ranges: readonly ByteRange[]): { start: number; end: number } {
+  let start = Infinity;
+  let end = 0;
+  for (const r of ranges) {
+    start = Math.min(start, r.offset);
+    end = Math.max(end, r.offset + r.length);
+  }
+  return { start, end };
+}
+
+/**
+ * A 206 part [start, end) must overlap a requested range and stay inside the requested span (a
+ * server may coalesce ranges, gaps included, but never send more). This bounds every allocation
+ * by what we asked for, whatever Content-Range claims.
+ */
+function checkPart(
+  start: number,
+  end: number,
+  ranges: readonly ByteRange[],
+  span: { start: number; end: number },
+  ctx: ErrorContext,
+): void {
+  if (start < span.start || end > span.end) {
+    throw new StoreError(
+      'E_REGISTRY_PROTOCOL',
+      `206 part bytes ${start}-${end - 1} reaches outside the requested bytes ${span.start}-${span.end - 1}`,
+      { ...ctx, partStart: start, partEnd: end },
+    );
+  }
+  if (!ranges.some((r) => r.offset < end && start < r.offset + r.length)) {
+    throw new StoreError(
+      'E_REGISTRY_PROTOCOL',
+      `206 part bytes ${start}-${end - 1} overlaps none of the requested ranges`,
+      { ...ctx, partStart: start, partEnd: end },
+    );
+  }
+}
+
+function checkContentLength(res: Response, len: number, ctx: ErrorContext): void {
   const cl = Number(headerString(res.headers['content-length']));
   if (Number.isFinite(cl) && cl !== len) {
-    await dump(res);
     throw new StoreError(
       'E_REGISTRY_PROTOCOL',
       `Content-Length ${cl} disagrees with Content-Range length ${len}`,
       ctx,
     );
   }
-  const out = Buffer.allocUnsafe(len);
-  let n = 0;
-  try {
-    for await (const b of res.body as AsyncIterable<Buffer>) {
-      if (n + b.length > len) {
-        res.body.destroy();
-        throw new StoreError(
-          'E_REGISTRY_PROTOCOL',
-          `range body longer than its Content-Range (${len} bytes)`,
-          ctx,
-        );
-      }
-      b.copy(out, n);
-      n += b.length;
-    }
-  } catch (err) {
-    throw bodyError(err, res, ctx);
-  }
-  if (n !== len)
-    throw new StoreError('E_TRUNCATED', `range body ended after ${n} of ${len} bytes`, {
-      ...ctx,
-      got: n,
-      expected: len,
-    });
-  return out;
 }
 
-/** Take the requested ranges out of a full-blob stream and hang up after the last one. */
-async function extractFromWhole(
+/**
+ * Copy the requested ranges out of a body holding blob bytes [base, bodyEnd): only the parts of
+ * `ranges` inside it are allocated (never the body's announced size). `hangUp`: stop reading
+ * (closing the connection) once the last wanted byte arrived, for a whole-blob 200; a 206 part is
+ * read to its end so the connection can be reused.
+ */
+async function collectRanges(
   res: Response,
   ranges: readonly ByteRange[],
-  size: number,
+  base: number,
+  bodyEnd: number,
+  hangUp: boolean,
   ctx: ErrorContext,
 ): Promise<{ spans: Span[]; bytes: number }> {
-  const spans = ranges.map((r) => ({ offset: r.offset, data: Buffer.allocUnsafe(r.length) }));
-  const stopAt = Math.max(...ranges.map((r) => r.offset + r.length));
-  let pos = 0;
-  let ri = 0;
+  const spans: Span[] = [];
+  for (const r of ranges) {
+    const from = Math.max(base, r.offset);
+    const to = Math.min(bodyEnd, r.offset + r.length);
+    if (from < to) spans.push({ offset: from, data: Buffer.allocUnsafe(to - from) });
+  }
+  spans.sort((x, y) => x.offset - y.offset);
+  const need = hangUp ? Math.max(base, ...spans.map((s) => s.offset + s.data.length)) : bodyEnd;
+  let pos = base;
+  let si = 0;
   try {
     for await (const b of res.body as AsyncIterable<Buffer>) {
       const bEnd = pos + b.length;
-      // copy into every range overlapping this chunk
-      for (let k = ri; k < spans.length; k++) {
+      if (bEnd > bodyEnd) {
+        res.body.destroy();
+        throw new StoreError(
+          'E_REGISTRY_PROTOCOL',
+          `response body runs past byte ${bodyEnd} (${hangUp ? 'blob size' : 'its Content-Range'})`,
+          ctx,
+        );
+      }
+      // copy into every span overlapping this chunk
+      for (let k = si; k < spans.length; k++) {
         const s = spans[k]!;
+        if (s.offset >= bEnd) break;
         const from = Math.max(pos, s.offset);
         const to = Math.min(bEnd, s.offset + s.data.length);
-        if (s.offset >= bEnd) break;
         if (from < to) b.copy(s.data, from - s.offset, from - pos, to - pos);
       }
-      while (ri < spans.length && spans[ri]!.offset + spans[ri]!.data.length <= bEnd) ri++;
+      while (si < spans.length && spans[si]!.offset + spans[si]!.data.length <= bEnd) si++;
       pos = bEnd;
-      if (pos >= stopAt) {
+      if (hangUp && pos >= need) {
         res.body.destroy();
         break;
       }
-      if (pos > size)
-        throw new StoreError('E_REGISTRY_PROTOCOL', `body longer than the ${size}-byte blob`, ctx);
     }
   } catch (err) {
     throw bodyError(err, res, ctx);
   }
-  if (pos < stopAt) {
-    throw new StoreError('E_TRUNCATED', `blob body ended after ${pos} bytes, needed ${stopAt}`, {
+  if (pos < need) {
+    throw new StoreError('E_TRUNCATED', `range body ended after ${pos - base} of ${need - base} bytes`, {
       ...ctx,
-      got: pos,
-      expected: stopAt,
+      got: pos - base,
+      expected: need - base,
     });
   }
-  return { spans, bytes: pos };
+  return { spans, bytes: pos - base };
 }
 
 function bodyError(err: unknown, res: Response, ctx: ErrorContext): unknown {

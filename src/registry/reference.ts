@@ -125,11 +125,6 @@ export function parseReference(input: string): ImageRef {
   return new Ref(registry, path, tag, digest);
 }
 
-/** A reference to the same repository with another tag/digest (e.g. a platform manifest). */
-export function withDigest(ref: ImageRef, digest: string): ImageRef {
-  return new Ref(ref.registry, ref.repository, undefined, digest);
-}
-
 /**
  * Decode an ALS path component: the reference string in standard base64 WITH padding (what
  * containers/storage writes). Anything else is E_INVALID_ARGUMENT, so a stray lookup

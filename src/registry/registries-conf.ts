@@ -1,11 +1,6 @@
 import { parse as parseToml } from 'smol-toml';
 import { StoreError } from '../util/errors.js';
-import {
-  hostsFromResolverConfig,
-  type HostsConfig,
-  type MirrorConfig,
-  type RegistryHostConfig,
-} from './hosts.js';
+import type { HostsConfig, MirrorConfig, RegistryHostConfig } from './hosts.js';
 
 function isTable(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -87,9 +82,4 @@ export function parseRegistriesConf(text: string): HostsConfig {
     }
   }
   return hosts;
-}
-
-/** The Go store's config.toml: resolver hosts/mirrors (other sections belong to other parts). */
-export function parseStoreResolverToml(text: string): { hosts: HostsConfig; requestTimeoutMs?: number } {
-  return hostsFromResolverConfig(tomlOrThrow(text, 'config.toml'));
 }

@@ -85,11 +85,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /** Await `p`, but give up with the signal's reason as soon as `signal` aborts (`p` keeps running). */
-export function raceSignal<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+export function raceSignal<T>(
+  p: Promise<T>,
+  signal: AbortSignal | undefined,
+  context: ErrorContext = {},
+): Promise<T> {
   if (!signal) return p;
-  if (signal.aborted) return Promise.reject(abortedError(signal));
+  if (signal.aborted) return Promise.reject(abortedError(signal, context));
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortedError(signal));
+    const onAbort = () => reject(abortedError(signal, context));
     signal.addEventListener('abort', onAbort, { once: true });
     p.then(
       (v) => {

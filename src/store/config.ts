@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { isAbsolute, resolve } from 'node:path';
 import { parse as parseToml, TomlError, type TomlTable } from 'smol-toml';
+import { formatPlatform, hostPlatform } from '../registry/platform.js';
 import { StoreError } from '../util/errors.js';
 import { DEFAULT_CONTROL_SOCKET } from './control-socket.js';
 
@@ -34,6 +35,18 @@ export interface MirrorConfig {
   requestTimeoutSec: number;
   /** Extra request headers. */
   header: Record<string, string[]>;
+  /** TLS files for this mirror (our extension; absent when not configured). */
+  tls?: TlsFiles;
+}
+
+/**
+ * CA certificates added to the system roots, and a client certificate + key for mutual TLS, as
+ * absolute PEM file paths (`ca_file` = "path" or ["paths"], `cert_file`, `key_file`).
+ */
+export interface TlsFiles {
+  caFiles?: string[];
+  certFile?: string;
+  keyFile?: string;
 }
 
 export interface StoreConfig {
@@ -47,13 +60,20 @@ export interface StoreConfig {
   // Go top-level keys.
   httpCacheType: 'disk' | 'memory';
   filesystemCacheType: 'disk' | 'memory';
+  /** How long an unused resolved layer (no use count, no open file) stays open. */
   resolveResultEntryTtlSec: number;
   prefetchSize: number;
   prefetchTimeoutSec: number;
   prefetchAsyncSize: number;
   noprefetch: boolean;
   noBackgroundFetch: boolean;
+  /** FUSE request debug log: Go's top-level `debug = true`, or `[debug] fuse = true`. */
   debug: boolean;
+  /**
+   * `[debug] record_accesses` / `--record-accesses`: absolute path of a JSON-lines file that gets one
+   * line per first open (and first readlink) of each file of a layer's diff; '' = off.
+   */
+  recordAccesses: string;
   allowNoVerification: boolean;
   maxConcurrency: number;
   noPrometheus: boolean;
@@ -88,8 +108,8 @@ export interface StoreConfig {
   kubeconfigKeychain: { enableKeychain: boolean; kubeconfigPath: string };
   resolver: {
     requestTimeoutSec: number;
-    /** Upstream host -> mirrors in order. */
-    hosts: Record<string, { mirrors: MirrorConfig[] }>;
+    /** Upstream host -> mirrors in order, and TLS files for the host itself (our extension). */
+    hosts: Record<string, { mirrors: MirrorConfig[]; tls?: TlsFiles }>;
   };
 
   // Ours.
@@ -106,8 +126,13 @@ export interface StoreConfig {
     lookupSec: number;
     /** One layer read (fetch + verify). */
     readSec: number;
-    /** Hard cap on any FUSE operation; answered with EIO/ENOENT when it expires. */
+    /**
+     * Hard limit of any FUSE operation (the adapter answers EIO when it expires); above lookup_sec
+     * and read_sec so the store's own answers come first.
+     */
     fuseSec: number;
+    /** How long "this layer cannot be served lazily" (ENOENT, normal pull) is remembered. */
+    negativeTtlSec: number;
   };
   platform: { platforms: string[] };
   registry: {
@@ -129,6 +154,8 @@ export interface ConfigFlags {
   root?: string;
   addr?: string;
   mountpoint?: string;
+  /** --record-accesses FILE (wins over `[debug] record_accesses`; '' = off). */
+  recordAccesses?: string;
   /** --set key=value overrides (dotted keys, TOML values: `blob.chunk_size=100000`). */
   set?: string[];
 }
@@ -388,7 +415,7 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
     prefetchAsyncSize: top.int('prefetch_async_size', 0, { noEffect: true }),
     noprefetch: top.bool('noprefetch', false),
     noBackgroundFetch: top.bool('no_background_fetch', false),
-    debug: top.bool('debug', false),
+    ...readDebug(top, flags.recordAccesses),
     allowNoVerification: top.bool('allow_no_verification', false, true),
     maxConcurrency: top.int('max_concurrency', 2, { zeroIsDefault: true, min: 1 }),
     noPrometheus: top.bool('no_prometheus', false, true),
@@ -427,6 +454,34 @@ function readLogLevel(v: string | undefined): LogLevel {
     );
   }
   return l as LogLevel;
+}
+
+/**
+ * Go's `debug` is a boolean; our debugging keys live in a `[debug]` table. TOML cannot have both, so
+ * the table carries the Go meaning as `fuse` (`debug = true` == `[debug] fuse = true`).
+ */
+function readDebug(
+  top: Section,
+  recordFlag: string | undefined,
+): Pick<StoreConfig, 'debug' | 'recordAccesses'> {
+  const v = top.known('debug');
+  let debug = false;
+  let recordAccesses = '';
+  if (typeof v === 'boolean') debug = v;
+  else if (v !== undefined) {
+    if (typeof v !== 'object' || v === null || Array.isArray(v) || v instanceof Date) {
+      fail('debug', 'must be true or false (Go) or a [debug] table', v);
+    }
+    const s = new Section(v as TomlTable, 'debug', top.ctx);
+    debug = s.bool('fuse', false);
+    recordAccesses = s.str('record_accesses', '');
+    if (recordAccesses !== '' && !isAbsolute(recordAccesses)) {
+      fail(s.key('record_accesses'), 'must be an absolute path (or "" for off)', recordAccesses);
+    }
+    s.finish();
+  }
+  if (recordFlag !== undefined) recordAccesses = recordFlag === '' ? '' : resolve(recordFlag);
+  return { debug, recordAccesses };
 }
 
 function readBlob(s: Section): StoreConfig['blob'] {
@@ -498,6 +553,7 @@ function readResolver(s: Section): StoreConfig['resolver'] {
     if (typeof value !== 'object' || value === null || Array.isArray(value))
       fail(`[${name}]`, 'must be a table', value);
     const hs = new Section(value as TomlTable, name, s.ctx);
+    const tls = readTls(hs);
     const raw = hs.known('mirrors');
     const mirrors: MirrorConfig[] = [];
     if (raw !== undefined) {
@@ -509,10 +565,40 @@ function readResolver(s: Section): StoreConfig['resolver'] {
       });
     }
     hs.finish();
-    hosts[host] = { mirrors };
+    hosts[host] = tls ? { mirrors, tls } : { mirrors };
   }
   s.finish();
   return { requestTimeoutSec, hosts };
+}
+
+/**
+ * `ca_file` (a path or an array of paths), `cert_file`, `key_file`: absolute PEM paths. The Go
+ * store has no TLS keys; ours are accepted on a `[resolver.host."h"]` table and on each mirror.
+ */
+function readTls(s: Section): TlsFiles | undefined {
+  const abs = (k: string, v: unknown): string => {
+    if (typeof v !== 'string' || !isAbsolute(v)) fail(s.key(k), 'must be an absolute path', v);
+    return v;
+  };
+  const tls: TlsFiles = {};
+  const ca = s.known('ca_file');
+  if (ca !== undefined) {
+    const list = Array.isArray(ca) ? (ca as unknown[]) : [ca];
+    if (list.length === 0) fail(s.key('ca_file'), 'must be a path or a non-empty array of paths', ca);
+    tls.caFiles = list.map((v) => abs('ca_file', v));
+  }
+  const cert = s.known('cert_file');
+  const key = s.known('key_file');
+  if (cert !== undefined) tls.certFile = abs('cert_file', cert);
+  if (key !== undefined) tls.keyFile = abs('key_file', key);
+  if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+    fail(
+      s.key(tls.certFile === undefined ? 'cert_file' : 'key_file'),
+      'needs both cert_file and key_file',
+      cert ?? key,
+    );
+  }
+  return Object.keys(tls).length > 0 ? tls : undefined;
 }
 
 function readMirror(s: Section): MirrorConfig {
@@ -541,8 +627,11 @@ function readMirror(s: Section): MirrorConfig {
       header[name] = values as string[];
     }
   }
+  const tls = readTls(s);
   s.finish();
-  return { host, insecure, requestTimeoutSec, header };
+  return tls
+    ? { host, insecure, requestTimeoutSec, header, tls }
+    : { host, insecure, requestTimeoutSec, header };
 }
 
 function readCache(s: Section): StoreConfig['cache'] {
@@ -560,9 +649,15 @@ function readDeadlines(s: Section): StoreConfig['deadlines'] {
     lookupSec: s.seconds('lookup_sec', 20),
     readSec: s.seconds('read_sec', 25),
     fuseSec: s.seconds('fuse_sec', 30),
+    negativeTtlSec: s.seconds('negative_ttl_sec', 60),
   };
-  if (d.fuseSec < d.lookupSec || d.fuseSec < d.readSec) {
-    fail(s.key('fuse_sec'), `must be >= lookup_sec (${d.lookupSec}) and read_sec (${d.readSec})`, d.fuseSec);
+  // the adapter's hard limit must leave the store time to give its own answer (ENOENT, EIO)
+  if (d.fuseSec <= d.lookupSec || d.fuseSec <= d.readSec) {
+    fail(
+      s.key('fuse_sec'),
+      `must be greater than lookup_sec (${d.lookupSec}) and read_sec (${d.readSec})`,
+      d.fuseSec,
+    );
   }
   s.finish();
   return d;
@@ -572,7 +667,8 @@ const PLATFORM_RE = /^[a-z0-9_.-]+\/[a-z0-9_.-]+(\/[a-z0-9_.-]+)?$/;
 
 function readPlatform(s: Section): StoreConfig['platform'] {
   const v = s.known('platforms');
-  let platforms = ['linux/amd64'];
+  // default: what this node runs (a container runtime pulls for its own platform)
+  let platforms = [formatPlatform(hostPlatform())];
   if (v !== undefined) {
     if (!Array.isArray(v) || v.length === 0)
       fail(s.key('platforms'), 'must be a non-empty array like ["linux/amd64"]', v);

@@ -37,6 +37,9 @@ export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): C
           verified: s.fullyVerified,
         };
         if (s.lastError !== undefined) out.lastError = s.lastError;
+        // the engine adds the DiffID stream length after its background pass; read it defensively
+        const size = (s as { uncompressedSize?: unknown }).uncompressedSize;
+        if (typeof size === 'number') out.uncompressedSize = size;
         return out;
       },
       close: () => layer.close(),

@@ -4,28 +4,29 @@
  * binds them to the real implementations.
  */
 import type { LayerIndex, TreeNode } from '../format/model.js';
-import type { Descriptor } from '../registry/manifest.js';
+import type { FoundLayer, LayerDescriptor } from '../registry/client.js';
 import type { RangeReader } from '../util/range-reader.js';
 import type { Logger } from '../util/logger.js';
 
-/** A layer found in an image: the manifest entry the requested digest names, with its DiffID. */
-export interface FoundLayer {
+/**
+ * A layer found in an image, flattened from the registry's FoundLayer: the manifest entry the
+ * requested digest names, how it matched, and its DiffID.
+ */
+export interface LayerMatch {
   /** Digest of the platform manifest the layer is listed in. */
   manifestDigest: string;
   configDigest: string;
-  descriptor: Pick<Descriptor, 'digest' | 'size' | 'mediaType' | 'annotations'>;
+  descriptor: LayerDescriptor;
   /** 'blob': the name was the layer (blob) digest; 'toc': it was a TOC digest annotation. */
-  matchedBy: 'blob' | 'toc';
+  matchedBy: FoundLayer['matchedBy'];
   /** config.rootfs.diff_ids[i]; undefined when the config has no entry for this layer. */
   diffId: string | undefined;
-  /** Raw manifest bytes (persisted by digest so a restart does not depend on the tag). */
-  manifestBytes?: Buffer;
 }
 
 /** What the store asks of the registry (src/registry RegistryClient, adapted in registry-adapter.ts). */
 export interface StoreRegistry {
   /** Find `digest` (blob or TOC digest) in any platform manifest of `ref`; E_NOT_FOUND when absent. */
-  findLayer(ref: string, digest: string, signal: AbortSignal): Promise<FoundLayer>;
+  findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch>;
   /** Random access to a blob of `ref`'s repository, by digest (never by tag). */
   openBlob(ref: string, digest: string, size: number, signal: AbortSignal): Promise<RangeReader>;
 }

@@ -2,8 +2,10 @@
  * The Additional Layer Store. Public API for the CLI/lifecycle code:
  *
  * - `createLayerStore(opts: LayerStoreOptions): LayerStore`
- *   - `store.status(): LayerStatus[]` — every (ref, digest) seen: lazy or not and why, bytes fetched,
- *     percent, verified, last error, use count.
+ *   - `store.status(): LayerStatus[]` — every (ref, digest) remembered: lazy or not and why, bytes
+ *     fetched, percent, verified, last error, use count.
+ *   - `store.counts(): { names, layers, refcounts }` — what the store holds in memory (bounded by
+ *     `maxNames`, `maxIdleLayers` + layers in use, and `idleTtlMs`).
  *   - `store.addCredentials(map): number` — helper-channel credentials, passed to `opts.credentials`.
  *   - `store.close(): Promise<void>` — stops background fetches (after unmounting).
  * - `mountStore(mountpoint, store, { allowOther?, debug?, logger? }): Promise<StoreMount>` —
@@ -19,8 +21,9 @@ import { RegistryClient } from '../registry/client.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { defaultOpenLayer, lazyLayerFactory, type LayerTuning } from './default-deps.js';
+import type { AccessLog } from './access-log.js';
 import type { CreateLayerFn, OpenLayerFn, StoreRegistry } from './deps.js';
-import { LayerStore } from './layer-store.js';
+import { DEFAULT_DEADLINES, LayerStore } from './layer-store.js';
 import { storeRegistryFrom } from './registry-adapter.js';
 import type { StoreDeadlines } from './store-fs.js';
 
@@ -28,13 +31,21 @@ export { LayerStore, DEFAULT_DEADLINES, type LayerStatus, type CoreStoreOptions 
 export type { StoreDeadlines } from './store-fs.js';
 export type {
   StoreRegistry,
-  FoundLayer,
+  LayerMatch,
   OpenLayerFn,
   CreateLayerFn,
   LazyLayerLike,
   LazyLayerState,
 } from './deps.js';
 export type { LayerTuning } from './default-deps.js';
+export {
+  AccessLog,
+  type AccessLine,
+  type AccessLogOptions,
+  type AccessLogStats,
+  type AccessSink,
+  type AccessTarget,
+} from './access-log.js';
 export { clearStaleMount, isMountpoint, unmountPath } from '../fs/mount-util.js';
 
 export interface LayerStoreOptions {
@@ -47,16 +58,27 @@ export interface LayerStoreOptions {
   /** Where helper-channel credentials go (the MemoryCredentialProvider given to the registry client). */
   credentials?: { addCredentials(map: unknown): number };
   logger?: Logger;
-  /** lookupMs: diff/info/blob resolution budget; readMs: one read; syntheticMs: I/O-free nodes. */
+  /**
+   * lookupMs: diff/info/blob resolution budget; readMs: one read; syntheticMs: I/O-free nodes;
+   * fuseMs: hard limit of any other FUSE operation (default max(lookupMs, readMs) + 5 s).
+   */
   deadlines?: Partial<StoreDeadlines>;
-  /** How long "not lazily servable" answers are remembered (default 60 s). */
+  /** How long "not lazily servable" answers are remembered (default 60 s; never for saved names). */
   negativeTtlMs?: number;
+  /** An unused layer (no use count, no open file) is closed after this long idle (default 120 s). */
+  idleTtlMs?: number;
+  /** At most this many unused layers stay open (default 32). */
+  maxIdleLayers?: number;
+  /** Names remembered beyond the ones in use or resolving (default 10 000). */
+  maxNames?: number;
   /** Cap on one background resolution (default max(60 s, 2 x lookupMs)). */
   resolveTimeoutMs?: number;
   /** Start prefetch + background fetch when a layer resolves (default true). */
   startLayers?: boolean;
   /** LazyLayer tuning: prefetch/background sizes, stateDir, per-read deadline ... */
   layer?: LayerTuning;
+  /** Record which diff files clients open (`[debug] record_accesses`); closed by `store.close()`. */
+  accessLog?: AccessLog;
   /** Test seams. */
   openLayer?: OpenLayerFn;
   createLayer?: CreateLayerFn;
@@ -68,7 +90,11 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   let createLayer = opts.createLayer;
   if (!createLayer) {
     if (!opts.cache) throw new StoreError('E_CONFIG', 'createLayerStore needs a chunk cache');
-    createLayer = lazyLayerFactory(opts.cache, opts.layer);
+    // one read budget: the layer's own deadline is the store's readMs (below the FUSE limit)
+    createLayer = lazyLayerFactory(opts.cache, {
+      deadlineMs: opts.deadlines?.readMs ?? DEFAULT_DEADLINES.readMs,
+      ...opts.layer,
+    });
   }
   const core: ConstructorParameters<typeof LayerStore>[0] = {
     root: opts.root,
@@ -80,8 +106,12 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (opts.logger) core.logger = opts.logger;
   if (opts.deadlines) core.deadlines = opts.deadlines;
   if (opts.negativeTtlMs !== undefined) core.negativeTtlMs = opts.negativeTtlMs;
+  if (opts.idleTtlMs !== undefined) core.idleTtlMs = opts.idleTtlMs;
+  if (opts.maxIdleLayers !== undefined) core.maxIdleLayers = opts.maxIdleLayers;
+  if (opts.maxNames !== undefined) core.maxNames = opts.maxNames;
   if (opts.resolveTimeoutMs !== undefined) core.resolveTimeoutMs = opts.resolveTimeoutMs;
   if (opts.startLayers !== undefined) core.startLayers = opts.startLayers;
+  if (opts.accessLog) core.accessLog = opts.accessLog;
   return new LayerStore(core);
 }
 

@@ -1,9 +1,10 @@
 import { silentLogger, type Logger } from '../util/logger.js';
 import type { VirtualFs } from '../fs/vfs.js';
+import type { AccessLog } from './access-log.js';
 import type { CreateLayerFn, OpenLayerFn, StoreRegistry } from './deps.js';
 import { InoAllocator } from './ino.js';
 import { MetaStore } from './meta-store.js';
-import { LayerResolver } from './resolver.js';
+import { LayerResolver, RESOLVER_DEFAULTS } from './resolver.js';
 import { StoreFs, type StoreDeadlines } from './store-fs.js';
 
 /** One line of `stargz-store status`. */
@@ -34,13 +35,27 @@ export interface CoreStoreOptions {
   /** Receives helper-channel credentials (the registry client's memory provider). */
   credentials?: { addCredentials(map: unknown): number };
   deadlines?: Partial<StoreDeadlines>;
+  /** How long "not lazily servable" answers are remembered (default 60 s). */
   negativeTtlMs?: number;
+  /** An unused layer (no use count, no open file) is closed after this long idle (default 120 s). */
+  idleTtlMs?: number;
+  /** At most this many unused layers stay open (default 32). */
+  maxIdleLayers?: number;
+  /** Names remembered beyond the ones in use or resolving (default 10 000). */
+  maxNames?: number;
   resolveTimeoutMs?: number;
   /** Start prefetch + background fetch when a layer resolves (default true). */
   startLayers?: boolean;
+  /** Record first opens of diff files (`[debug] record_accesses`); the store closes (flushes) it in close(). */
+  accessLog?: AccessLog;
 }
 
-export const DEFAULT_DEADLINES: StoreDeadlines = { lookupMs: 25_000, readMs: 25_000, syntheticMs: 2_000 };
+export const DEFAULT_DEADLINES: StoreDeadlines = {
+  lookupMs: 25_000,
+  readMs: 25_000,
+  syntheticMs: 2_000,
+  fuseMs: 30_000,
+};
 
 /**
  * The Additional Layer Store without the mount: resolution, use/release counting, status. `vfs` is
@@ -55,6 +70,10 @@ export class LayerStore {
   constructor(private readonly o: CoreStoreOptions) {
     this.log = o.logger ?? silentLogger;
     const deadlines = { ...DEFAULT_DEADLINES, ...o.deadlines };
+    // the FUSE limit must leave the store's own deadlines room to answer first
+    if (o.deadlines?.fuseMs === undefined) {
+      deadlines.fuseMs = Math.max(deadlines.lookupMs, deadlines.readMs) + 5000;
+    }
     const ino = new InoAllocator();
     this.resolver = new LayerResolver({
       registry: o.registry,
@@ -66,13 +85,18 @@ export class LayerStore {
       negativeTtlMs: o.negativeTtlMs ?? 60_000,
       resolveTimeoutMs: o.resolveTimeoutMs ?? Math.max(60_000, deadlines.lookupMs * 2),
       startLayers: o.startLayers ?? true,
+      inUse: (ref, digest) => this.refs(ref, digest) > 0,
+      idleTtlMs: o.idleTtlMs ?? RESOLVER_DEFAULTS.idleTtlMs,
+      // at least one: a layer that just resolved must not be closed under its first user
+      maxIdleLayers: Math.max(1, o.maxIdleLayers ?? RESOLVER_DEFAULTS.maxIdleLayers),
+      maxEntries: o.maxNames ?? RESOLVER_DEFAULTS.maxEntries,
     });
     this.vfs = new StoreFs(
       this.resolver,
       { use: (r, d) => this.use(r, d), release: (r, d) => this.release(r, d) },
-      ino,
       deadlines,
       this.log,
+      o.accessLog,
     );
   }
 
@@ -85,11 +109,14 @@ export class LayerStore {
   }
 
   private release(ref: string, digest: string): void {
-    const c = this.refcounts.get(`${ref}\n${digest}`);
+    const key = `${ref}\n${digest}`;
+    const c = this.refcounts.get(key);
     // counts are hints (restarts and `podman system reset` lose them); never below zero
     if (c && c.n > 0) c.n--;
     this.log.info({ ref, digest, refs: c?.n ?? 0, tracked: !!c }, 'layer released');
-    // Nothing is dropped at zero: the layer stays resolvable for later lookups and c/storage paths.
+    // At zero only the count goes: the layer stays resolvable (from its record) for later lookups
+    // and c/storage paths, and is closed once idle.
+    if (c && c.n === 0) this.refcounts.delete(key);
   }
 
   /** Reference count of one (ref, digest), as signalled by use/rmdir. */
@@ -159,7 +186,16 @@ export class LayerStore {
     return this.o.credentials.addCredentials(map);
   }
 
+  /** Names remembered, layers open, use counts held (memory bounds; tests and status). */
+  counts(): { names: number; layers: number; refcounts: number } {
+    return { ...this.resolver.counts(), refcounts: this.refcounts.size };
+  }
+
   async close(): Promise<void> {
-    await this.resolver.close();
+    try {
+      await this.resolver.close();
+    } finally {
+      await this.o.accessLog?.close();
+    }
   }
 }

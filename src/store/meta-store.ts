@@ -5,26 +5,43 @@ import { StoreError } from '../util/errors.js';
 import type { LayerRecord } from './record.js';
 
 /**
- * Per-(ref, digest) resolution records and the manifests/configs they came from, under
- * `<root>/metadata/`. Writes go through a temp file + rename so a crash never leaves half a record.
- * Nothing here is trusted blindly: the TOC is re-verified against `tocDigest` on every open.
+ * Per-(ref, digest) resolution records and, per blob, the verified TOC bytes (the blob's tail from
+ * the TOC to the end: TOC, footer and whatever lies between), under `<root>/metadata/`. With both, a
+ * restarted store re-opens a layer without the registry. Writes go through a temp file + rename so a
+ * crash never leaves half a file. Nothing here is trusted blindly: the format reader re-verifies the
+ * saved TOC against the record's `tocDigest` on every open, and a bad file is just ignored.
  */
+
+/** The saved end of a blob: bytes [start, blobSize). */
+export interface TocTail {
+  blobDigest: string;
+  blobSize: number;
+  start: number;
+  bytes: Buffer;
+}
+
+/** Largest tail we keep (the format reader's TOC limit plus room for tar-split and framing). */
+const MAX_TAIL_BYTES = 96 * 1024 * 1024;
 export class MetaStore {
   private readonly layersDir: string;
-  private readonly blobsDir: string;
+  private readonly tocsDir: string;
   private ready: Promise<void> | undefined;
 
   constructor(readonly root: string) {
     this.layersDir = join(root, 'metadata', 'layers');
-    this.blobsDir = join(root, 'metadata', 'blobs', 'sha256');
+    this.tocsDir = join(root, 'metadata', 'tocs');
   }
 
   private init(): Promise<void> {
-    this.ready ??= (async () => {
+    const p = (this.ready ??= (async () => {
       await mkdir(this.layersDir, { recursive: true, mode: 0o700 });
-      await mkdir(this.blobsDir, { recursive: true, mode: 0o700 });
-    })();
-    return this.ready;
+      await mkdir(this.tocsDir, { recursive: true, mode: 0o700 });
+    })());
+    // a failed mkdir (disk full, permissions) is retried by the next write
+    p.catch(() => {
+      if (this.ready === p) this.ready = undefined;
+    });
+    return p;
   }
 
   private recordPath(ref: string, digest: string): string {
@@ -54,22 +71,53 @@ export class MetaStore {
     await this.atomicWrite(this.recordPath(r.ref, r.digest), JSON.stringify(r, null, 1) + '\n');
   }
 
-  /** Store a manifest or config by its digest (content-addressed; verified before writing). */
-  async putBlob(digest: string, bytes: Buffer): Promise<void> {
-    const [alg, hex] = digest.split(':');
-    if (alg !== 'sha256' || !hex) return;
-    const actual = createHash('sha256').update(bytes).digest('hex');
-    if (actual !== hex) return;
-    await this.init();
-    await this.atomicWrite(join(this.blobsDir, hex), bytes);
+  private tailPath(blobDigest: string): string | undefined {
+    const m = /^sha256:([a-f0-9]{64})$/.exec(blobDigest);
+    return m ? join(this.tocsDir, `${m[1]}.tail`) : undefined;
   }
 
-  async getBlob(digest: string): Promise<Buffer | undefined> {
-    const [alg, hex] = digest.split(':');
-    if (alg !== 'sha256' || !hex || !/^[a-f0-9]{64}$/.test(hex)) return undefined;
+  /** Save a blob's verified tail: one JSON header line, then the raw bytes. */
+  async putTocTail(t: TocTail): Promise<void> {
+    const path = this.tailPath(t.blobDigest);
+    if (!path || t.bytes.length > MAX_TAIL_BYTES || t.start + t.bytes.length !== t.blobSize) return;
+    await this.init();
+    const header = JSON.stringify({
+      version: 1,
+      blobDigest: t.blobDigest,
+      blobSize: t.blobSize,
+      start: t.start,
+    });
+    await this.atomicWrite(path, Buffer.concat([Buffer.from(header + '\n'), t.bytes]));
+  }
+
+  /** The saved tail of a blob, or undefined when absent or not self-consistent. */
+  async getTocTail(blobDigest: string, blobSize: number): Promise<TocTail | undefined> {
+    const path = this.tailPath(blobDigest);
+    if (!path) return undefined;
+    let raw: Buffer;
     try {
-      const bytes = await readFile(join(this.blobsDir, hex));
-      return createHash('sha256').update(bytes).digest('hex') === hex ? bytes : undefined;
+      raw = await readFile(path);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw new StoreError('E_IO', `cannot read saved TOC: ${(err as Error).message}`, {
+        digest: blobDigest,
+      });
+    }
+    const nl = raw.indexOf(0x0a);
+    if (nl < 0 || nl > 4096) return undefined;
+    try {
+      const h = JSON.parse(raw.subarray(0, nl).toString('utf8')) as Record<string, unknown>;
+      const bytes = raw.subarray(nl + 1);
+      if (
+        h.version !== 1 ||
+        h.blobDigest !== blobDigest ||
+        h.blobSize !== blobSize ||
+        typeof h.start !== 'number' ||
+        h.start + bytes.length !== blobSize
+      ) {
+        return undefined;
+      }
+      return { blobDigest, blobSize, start: h.start, bytes };
     } catch {
       return undefined;
     }

@@ -1,4 +1,5 @@
 import type { Compression, LayerFormat } from '../format/model.js';
+import type { LayerMatchKind } from '../registry/client.js';
 
 /**
  * Everything the store learned when it resolved `<ref>/<digest>`, persisted under `<root>` so the
@@ -10,7 +11,7 @@ export interface LayerRecord {
   /** The directory name the client looked up. */
   digest: string;
   /** 'blob': OLD client (Podman < 5.1, manifest layer digest); 'toc': NEW client (TOC digest). */
-  matchedBy: 'blob' | 'toc';
+  matchedBy: LayerMatchKind;
   blobDigest: string;
   blobSize: number;
   mediaType: string;
@@ -21,9 +22,12 @@ export interface LayerRecord {
   tocAnnotation: string;
   /** config.rootfs.diff_ids[i] of the manifest layer (untrusted until a full fetch verified it). */
   diffId: string;
-  /** Uncompressed tar size and where the number comes from. */
+  /**
+   * Uncompressed tar size and where the number comes from: the uncompressed-size annotation, a
+   * full fetch, the tar-split (current zstd:chunked), or an estimate from the TOC (see tar-size.ts).
+   */
   diffSize: number;
-  diffSizeSource: 'annotation' | 'measured' | 'toc-estimate';
+  diffSizeSource: 'annotation' | 'measured' | 'tar-split' | 'toc-estimate';
   tocOffsetHint?: number;
   manifestDigest?: string;
   configDigest?: string;

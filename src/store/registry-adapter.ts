@@ -10,10 +10,9 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
         manifestDigest: f.image.manifestDigest,
         configDigest: f.image.configDigest,
         descriptor: f.descriptor,
-        matchedBy: f.matchedBy === 'digest' ? 'blob' : 'toc',
+        matchedBy: f.matchedBy,
         // a config whose diff_ids do not line up with the layers cannot name this layer's DiffID
         diffId: f.image.diffIDs.length === f.image.layers.length ? f.image.diffIDs[f.layerIndex] : undefined,
-        manifestBytes: f.image.manifestBytes,
       };
     },
     async openBlob(ref, digest, size, signal) {

@@ -12,9 +12,10 @@ import {
 } from '../fs/vfs.js';
 import { StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
+import type { AccessLog } from './access-log.js';
 import { parseAlsPath, type AlsLocation } from './als-path.js';
 import type { ViewNode } from './diff-view.js';
-import type { InoAllocator } from './ino.js';
+import { syntheticIno } from './ino.js';
 import { NotLazyError, type LayerResolver, type ResolvedLayer } from './resolver.js';
 
 export interface StoreDeadlines {
@@ -24,6 +25,11 @@ export interface StoreDeadlines {
   readMs: number;
   /** Budget for nodes that need no I/O (root, ref and layer directories, use/rmdir). */
   syntheticMs: number;
+  /**
+   * Hard limit of any FUSE operation that may need I/O, after which the adapter answers EIO itself;
+   * above lookupMs and readMs, so the store's own (more precise) answers come first.
+   */
+  fuseMs: number;
 }
 
 export interface RefCounter {
@@ -49,22 +55,18 @@ const notFound = (path: string, why = 'no such entry') => new StoreError('E_NOT_
  * notification and rmdir release. Directories above `diff` are synthesised without I/O.
  */
 export class StoreFs implements VirtualFs {
-  private readonly synthIno = new Map<string, number>();
-
   constructor(
     private readonly resolver: LayerResolver,
     private readonly refs: RefCounter,
-    private readonly ino: InoAllocator,
     private readonly deadlines: StoreDeadlines,
     private readonly log: Logger,
+    /** `[debug] record_accesses`: first opens/readlinks of diff nodes and the bytes read from them. */
+    private readonly accesses?: AccessLog,
   ) {}
 
   private syntheticDir(key: string): Attr {
-    let ino = this.synthIno.get(key);
-    if (ino === undefined) {
-      ino = this.ino.one();
-      this.synthIno.set(key, ino);
-    }
+    // numbered by name: no table that grows with every name ever looked up
+    const ino = syntheticIno(key);
     return { mode: S_IFDIR | 0o500, ino, uid: 0, gid: 0, size: 0, nlink: 2, rdev: 0, mtime: 0 };
   }
 
@@ -173,8 +175,15 @@ export class StoreFs implements VirtualFs {
   async readlink(path: string): Promise<string> {
     const loc = parseAlsPath(path);
     if (loc.kind !== 'diff') throw new FsError('EINVAL', 'not a symlink', { path });
-    const { v } = await this.diffNode(loc);
+    const { r, v } = await this.diffNode(loc);
     if (v.whiteout || v.node.type !== 'symlink') throw new FsError('EINVAL', 'not a symlink', { path });
+    this.accesses?.readlinked({
+      ref: loc.ref,
+      digest: loc.digest,
+      tocDigest: r.record.tocDigest,
+      path: loc.sub,
+      size: Buffer.byteLength(v.node.linkName),
+    });
     return v.node.linkName;
   }
 
@@ -201,6 +210,8 @@ export class StoreFs implements VirtualFs {
             if (offset >= end) return Buffer.alloc(0);
             return await blob.read(offset, end - offset, signal);
           },
+          // an open file keeps its layer open (idle layers are closed)
+          release: r.handle.pin(),
         };
       }
       case 'diff': {
@@ -214,11 +225,36 @@ export class StoreFs implements VirtualFs {
         }
         const node = v.node;
         const layer = r.handle.layer;
+        const unpin = r.handle.pin();
+        const tracker = this.accesses?.opened({
+          ref: loc.ref,
+          digest: loc.digest,
+          tocDigest: r.record.tocDigest,
+          path: loc.sub,
+          size: node.size,
+        });
+        if (!tracker) {
+          return {
+            read: async (offset, length, signal) => {
+              const end = Math.min(node.size, offset + length);
+              if (offset >= end) return Buffer.alloc(0);
+              return await layer.read(node, offset, end - offset, { signal });
+            },
+            release: unpin,
+          };
+        }
         return {
           read: async (offset, length, signal) => {
             const end = Math.min(node.size, offset + length);
             if (offset >= end) return Buffer.alloc(0);
-            return await layer.read(node, offset, end - offset, { signal });
+            const data = await layer.read(node, offset, end - offset, { signal });
+            // only bytes actually served count (an aborted read throws above)
+            tracker.read(offset, data.length);
+            return data;
+          },
+          release: () => {
+            unpin();
+            tracker.release();
           },
         };
       }
@@ -281,13 +317,13 @@ export class StoreFs implements VirtualFs {
   }
 
   deadlineMs(op: FsOp, path: string): number {
-    // Depth 0-2 (root, ref dir, layer dir) needs no I/O; use/rmdir only count. A margin over the
-    // store's own lookup budget lets the store answer ENOENT itself before the adapter's EIO.
+    // Depth 0-2 (root, ref dir, layer dir) needs no I/O; use/rmdir only count. Everything else gets
+    // the hard FUSE limit: the store answers itself at lookupMs (ENOENT) or readMs (the layer's
+    // E_DEADLINE, EIO) before the adapter's own EIO.
     let depth = 0;
     for (let i = 1; i < path.length && depth < 3; i++) if (path.charCodeAt(i) === 47) depth++;
     if (depth < 2 || op === 'rmdir' || op === 'create') return this.deadlines.syntheticMs;
-    if (op === 'read') return this.deadlines.readMs;
-    return this.deadlines.lookupMs + 2000;
+    return this.deadlines.fuseMs;
   }
 }
 

@@ -78,7 +78,11 @@ export function isStoreError(err: unknown, code?: ErrorCode): err is StoreError 
 }
 
 /** Wrap anything thrown into a StoreError without losing the original as `cause`. */
-export function asStoreError(err: unknown, fallback: ErrorCode = 'E_IO', context: ErrorContext = {}): StoreError {
+export function asStoreError(
+  err: unknown,
+  fallback: ErrorCode = 'E_IO',
+  context: ErrorContext = {},
+): StoreError {
   if (err instanceof StoreError) return err;
   if (err instanceof Error && err.name === 'AbortError') {
     return new StoreError('E_ABORTED', err.message, context, { cause: err });

@@ -20,11 +20,15 @@ export function checkRange(size: number, offset: number, length: number): void {
     throw new StoreError('E_INVALID_ARGUMENT', `invalid range offset=${offset} length=${length}`);
   }
   if (offset + length > size) {
-    throw new StoreError('E_TRUNCATED', `range [${offset}, ${offset + length}) beyond end of blob (${size})`, {
-      offset,
-      length,
-      size,
-    });
+    throw new StoreError(
+      'E_TRUNCATED',
+      `range [${offset}, ${offset + length}) beyond end of blob (${size})`,
+      {
+        offset,
+        length,
+        size,
+      },
+    );
   }
 }
 
@@ -48,8 +52,14 @@ export class FileRangeReader implements RangeReader {
 
   static async open(path: string): Promise<FileRangeReader> {
     const fh = await open(path, 'r');
-    const st = await fh.stat();
-    return new FileRangeReader(fh, st.size, path);
+    try {
+      const st = await fh.stat();
+      return new FileRangeReader(fh, st.size, path);
+    } catch (err) {
+      // do not leak the descriptor when stat fails
+      await fh.close().catch(() => undefined);
+      throw err;
+    }
   }
 
   async read(offset: number, length: number): Promise<Buffer> {

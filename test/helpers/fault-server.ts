@@ -33,7 +33,13 @@ export type Fault =
   /** Content-Range `bytes a-b/*` */
   | { kind: 'star-total' }
   /** serve correctly but only after a delay */
-  | { kind: 'delay'; ms: number };
+  | { kind: 'delay'; ms: number }
+  /**
+   * a plain 206 for bytes start-end (whatever was asked), Content-Range total `total` (default: the
+   * blob size), the blob's bytes of that span as far as it has them; `noLength`: chunked, no
+   * Content-Length
+   */
+  | { kind: 'range-206'; start: number; end: number; total?: number; noLength?: boolean };
 
 export interface RecordedRequest {
   method: string;
@@ -123,6 +129,17 @@ export async function startFaultServer(opts: FaultServerOptions = {}): Promise<F
         'content-type': 'application/octet-stream',
       });
       return res.end(data);
+    }
+    if (fault?.kind === 'range-206') {
+      const body = data.subarray(fault.start, fault.end + 1);
+      const h: Record<string, string> = {
+        ...base,
+        'content-range': `bytes ${fault.start}-${fault.end}/${fault.total ?? size}`,
+        'content-type': 'application/octet-stream',
+      };
+      if (!fault.noLength) h['content-length'] = String(body.length);
+      res.writeHead(206, h);
+      return res.end(body);
     }
     if (ranges.length > 1 && fault?.kind === 'reject-multi') {
       res.writeHead(fault.status, { 'content-type': 'text/plain' });

@@ -2,6 +2,8 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { expect } from 'vitest';
+import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 
 export { SHARED } from './shared.js';
@@ -12,6 +14,16 @@ export const SAMPLES_TINY = join(SHARED, 'samples/tiny');
 
 export function sha256(data: Uint8Array | string): string {
   return 'sha256:' + createHash('sha256').update(data).digest('hex');
+}
+
+/** The StoreError `p` rejects with (fails the test if it resolves or throws anything else). */
+export async function failure(p: Promise<unknown>): Promise<StoreError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(StoreError);
+  return err as StoreError;
 }
 
 export async function loadBlob(path: string): Promise<{ buf: Buffer; reader: BufferRangeReader }> {

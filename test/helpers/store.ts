@@ -6,7 +6,7 @@ import tarStream from 'tar-stream';
 import { buildLayerBuffer } from '../../src/format/writer/index.js';
 import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader, type RangeReader } from '../../src/util/range-reader.js';
-import type { FoundLayer, StoreRegistry } from '../../src/store/deps.js';
+import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/client.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 
@@ -208,6 +208,10 @@ export class FakeRegistry implements StoreRegistry {
   bytesRead = 0;
   /** References whose requests never answer (until aborted). */
   readonly hangRefs = new Set<string>();
+  /** Every request fails at once like an unreachable registry. */
+  down = false;
+  /** Blob reads (of already opened blobs) never answer until aborted. */
+  hangReads = false;
 
   set(ref: string, img: BuiltImage): void {
     this.images_.set(ref, img);
@@ -215,13 +219,14 @@ export class FakeRegistry implements StoreRegistry {
   }
 
   private async maybeHang(ref: string, signal: AbortSignal): Promise<void> {
+    if (this.down) throw new StoreError('E_REGISTRY_NETWORK', 'connection refused (registry down)', { ref });
     if (!this.hangRefs.has(ref)) return;
     await new Promise((_, reject) =>
       signal.addEventListener('abort', () => reject(new StoreError('E_ABORTED', 'aborted'))),
     );
   }
 
-  async findLayer(ref: string, digest: string, signal: AbortSignal): Promise<FoundLayer> {
+  async findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
     this.imageCalls++;
     await this.maybeHang(ref, signal);
     const img = this.images_.get(ref);
@@ -235,9 +240,8 @@ export class FakeRegistry implements StoreRegistry {
       manifestDigest: img.manifestDigest,
       configDigest: img.configDigest,
       descriptor: hit.descriptor,
-      matchedBy: hit.matchedBy === 'digest' ? 'blob' : 'toc',
+      matchedBy: hit.matchedBy,
       diffId: img.layers[hit.layerIndex]!.diffId,
-      manifestBytes: img.manifest,
     };
   }
 
@@ -250,9 +254,19 @@ export class FakeRegistry implements StoreRegistry {
     const count = (n: number) => {
       this.bytesRead += n;
     };
+    const state = () => ({ down: this.down, hang: this.hangReads });
     return {
       size: b.length,
-      async read(offset: number, length: number) {
+      async read(offset: number, length: number, sig?: AbortSignal) {
+        const st = state();
+        if (st.down)
+          throw new StoreError('E_REGISTRY_NETWORK', 'connection refused (registry down)', { digest });
+        if (st.hang) {
+          await new Promise((_, reject) => {
+            if (sig?.aborted) reject(new StoreError('E_ABORTED', 'aborted'));
+            sig?.addEventListener('abort', () => reject(new StoreError('E_ABORTED', 'aborted')));
+          });
+        }
         count(length);
         return inner.read(offset, length);
       },
@@ -294,6 +308,8 @@ export interface CountingProxy {
   host: string;
   /** When true, requests are accepted but never answered. */
   hang: boolean;
+  /** When true, connections are dropped as soon as a request arrives (a registry that is down). */
+  down: boolean;
   /** Response body bytes forwarded for blob GETs, and the requests seen. */
   blobBytes: number;
   /** Blob bytes forwarded per blob digest. */
@@ -312,6 +328,7 @@ export async function startCountingProxy(targetHost: string): Promise<CountingPr
   const state: CountingProxy = {
     host: '',
     hang: false,
+    down: false,
     blobBytes: 0,
     bytesByDigest: new Map(),
     requests: [],
@@ -323,6 +340,10 @@ export async function startCountingProxy(targetHost: string): Promise<CountingPr
   const [thost, tport] = targetHost.split(':');
   const server = http.createServer((req, res) => {
     state.requests.push(`${req.method} ${req.url} ${req.headers.range ?? ''}`.trim());
+    if (state.down) {
+      req.socket.destroy();
+      return;
+    }
     if (state.hang) return; // never answer
     const up = http.request(
       {

@@ -5,16 +5,22 @@
  * an evicted file and its replacement together).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, rm, stat, statfs } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readdir, rm, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { buildLayerToFile } from '../../src/format/writer/index.js';
-import { FetchScheduler, LazyLayer, planLayer } from '../../src/layer/index.js';
+import { FetchScheduler, LazyLayer, planLayerAsync } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
-import { expectedFile, HttpRangeSource, makeTree, sizeMix, startRangeServer } from './engine-helpers.js';
+import {
+  expectedFile,
+  HttpRangeSource,
+  makeTarFixture,
+  seededRandom,
+  sizeMix,
+  startRangeServer,
+} from './engine-helpers.js';
 
 const CHUNK = 1024 * 1024;
 let work: string;
@@ -22,14 +28,7 @@ let tree: string;
 let tarPath: string;
 
 beforeAll(async () => {
-  work = await mkdtemp(join(tmpdir(), 'engine-bounds-'));
-  tree = join(work, 'tree');
-  let seed = 42;
-  const rand = (): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-  const sizes = sizeMix(CHUNK, 40, rand);
-  await makeTree(tree, sizes);
-  tarPath = join(work, 'layer.tar');
-  execFileSync('tar', ['-cf', tarPath, '-C', tree, '.']);
+  ({ work, tree, tarPath } = await makeTarFixture('engine-bounds-', sizeMix(CHUNK, 40, seededRandom(42))));
 });
 afterAll(async () => {
   try {
@@ -70,7 +69,7 @@ describe('disk bound under a full-layer read', () => {
     const local = await FileRangeReader.open(blobPath);
     const index = await openLayer(local);
     await local.close();
-    const layerBytes = planLayer(index).totalChunkBytes;
+    const layerBytes = (await planLayerAsync(index)).totalChunkBytes;
     expect(layerBytes).toBeGreaterThan(40 * CHUNK);
     const bound = Math.floor(layerBytes / 4);
     const server = await startRangeServer(blobPath);

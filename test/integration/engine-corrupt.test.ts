@@ -5,7 +5,6 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
@@ -13,7 +12,13 @@ import { openLayer } from '../../src/format/open-layer.js';
 import { buildLayerToFile } from '../../src/format/writer/index.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
-import { expectedFile, HttpRangeSource, makeTree, sizeMix, startRangeServer } from './engine-helpers.js';
+import {
+  expectedFile,
+  HttpRangeSource,
+  makeTarFixture,
+  sizeMix,
+  startRangeServer,
+} from './engine-helpers.js';
 
 const CHUNK = 64 * 1024;
 let work: string;
@@ -21,11 +26,7 @@ let tree: string;
 let tarPath: string;
 
 beforeAll(async () => {
-  work = await mkdtemp(join(tmpdir(), 'engine-corrupt-'));
-  tree = join(work, 'tree');
-  await makeTree(tree, sizeMix(CHUNK, 60));
-  tarPath = join(work, 'layer.tar');
-  execFileSync('tar', ['-cf', tarPath, '-C', tree, '.']);
+  ({ work, tree, tarPath } = await makeTarFixture('engine-corrupt-', sizeMix(CHUNK, 60)));
 });
 afterAll(async () => {
   await rm(work, { recursive: true, force: true });

@@ -183,3 +183,31 @@ export async function expectedFile(tree: string, path: string): Promise<Buffer> 
   const { readFile } = await import('node:fs/promises');
   return await readFile(`${tree}/${path}`);
 }
+
+/** Deterministic pseudo-random numbers in [0, 1) (an LCG: reproducible trees across runs). */
+export function seededRandom(seed: number): () => number {
+  let state = seed;
+  return () => (state = (state * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+}
+
+export interface TarFixture {
+  /** Scratch directory holding everything (remove it in afterAll). */
+  work: string;
+  /** The source tree the tar was made from (expected file bytes). */
+  tree: string;
+  tarPath: string;
+}
+
+/** A scratch dir with a tree of files of `sizes` (see makeTree) and its tar made by GNU tar. */
+export async function makeTarFixture(prefix: string, sizes: number[]): Promise<TarFixture> {
+  const { mkdtemp } = await import('node:fs/promises');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { execFileSync } = await import('node:child_process');
+  const work = await mkdtemp(join(tmpdir(), prefix));
+  const tree = join(work, 'tree');
+  await makeTree(tree, sizes);
+  const tarPath = join(work, 'layer.tar');
+  execFileSync('tar', ['-cf', tarPath, '-C', tree, '.']);
+  return { work, tree, tarPath };
+}

@@ -4,9 +4,7 @@
  * readers x 1000 random reads, cold, then the same reads warm (from the disk cache, zero
  * requests). Every byte is compared with the source files.
  */
-import { execFileSync } from 'node:child_process';
 import { mkdtemp, open, rm, stat, type FileHandle } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
@@ -15,7 +13,13 @@ import { openLayer } from '../../src/format/open-layer.js';
 import { buildLayerToFile } from '../../src/format/writer/index.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
-import { HttpRangeSource, makeTree, sizeMix, startRangeServer } from './engine-helpers.js';
+import {
+  HttpRangeSource,
+  makeTarFixture,
+  seededRandom,
+  sizeMix,
+  startRangeServer,
+} from './engine-helpers.js';
 
 const CHUNK = 1024 * 1024;
 const GIB = 1024 ** 3;
@@ -28,17 +32,12 @@ let tarPath: string;
 let treeBytes = 0;
 
 beforeAll(async () => {
-  work = await mkdtemp(join(tmpdir(), 'engine-large-'));
-  tree = join(work, 'tree');
-  let seed = 7;
-  const rand = (): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const rand = seededRandom(7);
   const sizes = sizeMix(CHUNK, 20, rand);
   while (sizes.reduce((a, b) => a + b, 0) < GIB + 16 * CHUNK)
     sizes.push(...sizeMix(CHUNK, 20, rand).slice(14));
   treeBytes = sizes.reduce((a, b) => a + b, 0);
-  await makeTree(tree, sizes);
-  tarPath = join(work, 'layer.tar');
-  execFileSync('tar', ['-cf', tarPath, '-C', tree, '.']);
+  ({ work, tree, tarPath } = await makeTarFixture('engine-large-', sizes));
 }, 600_000);
 afterAll(async () => {
   await rm(work, { recursive: true, force: true });

@@ -247,6 +247,77 @@ describe('blob reads against a fault-injecting server', () => {
     expect((await caught(r.read(BS * 2, 10))).code).toBe('E_REGISTRY_PROTOCOL');
   });
 
+  it('a 206 claiming a huge span is rejected (typed) before anything is allocated for it', async () => {
+    // the registry says the blob has 8 GiB; its 206 then claims all of it for a 1000-byte read
+    const HUGE = 8 * 1024 ** 3;
+    srv.setPlan((req) =>
+      req.method === 'HEAD'
+        ? {
+            kind: 'status',
+            status: 200,
+            headers: { 'content-length': String(HUGE), 'docker-content-digest': DIGEST },
+          }
+        : req.method === 'GET'
+          ? { kind: 'range-206', start: 0, end: HUGE - 1, total: HUGE, noLength: true }
+          : undefined,
+    );
+    const r = await open(client());
+    expect(r.size).toBe(HUGE);
+    const e = await caught(r.read(1_000_000, 1000));
+    expect(e.code).toBe('E_REGISTRY_PROTOCOL');
+    expect(e.message).toMatch(/outside the requested bytes/);
+    expect(srv.blobGets()).toHaveLength(1);
+  });
+
+  it('rejects a 206 part larger than the request, or one that overlaps none of it', async () => {
+    const r = await open(client());
+    // asked for block 100000-149999, answered with the whole blob as a 206
+    srv.setPlan(always({ kind: 'range-206', start: 0, end: BLOB.length - 1 }));
+    const big = await caught(r.read(100_000, 1000));
+    expect(big.code).toBe('E_REGISTRY_PROTOCOL');
+    srv.requests.length = 0;
+    // answered with a neighbouring block of the right length
+    srv.setPlan(always({ kind: 'range-206', start: 300_000, end: 349_999 }));
+    const wrong = await caught(r.read(100_000, 1000));
+    expect(wrong.code).toBe('E_REGISTRY_PROTOCOL');
+    expect(wrong.message).toMatch(/outside the requested bytes|overlaps none/);
+    expect(srv.blobGets()).toHaveLength(1);
+    // a server may coalesce ranges (gap included) into one part: accepted, exact bytes
+    srv.requests.length = 0;
+    srv.setPlan(faultSequence({ kind: 'range-206', start: 400_000, end: 549_999 }));
+    const got = await r.readRanges([
+      { offset: 400_010, length: 10 },
+      { offset: 540_000, length: 100 },
+    ]);
+    expect(got[0]!.equals(slice(400_010, 10))).toBe(true);
+    expect(got[1]!.equals(slice(540_000, 100))).toBe(true);
+    expect(srv.blobGets()).toHaveLength(1);
+  });
+
+  it('sizes a blob by a range GET when HEAD is refused by a redirected storage URL or with 403', async () => {
+    // the registry redirects blob requests to storage whose pre-signed URLs only allow GET
+    srv.setPlan((req) =>
+      req.path.includes('/blobs/') ? { kind: 'redirect', location: other.url } : undefined,
+    );
+    other.setPlan((req) => (req.method === 'HEAD' ? { kind: 'status', status: 403 } : undefined));
+    const r = await open(client());
+    expect(r.size).toBe(BLOB.length);
+    expect(other.requests.map((q) => `${q.method} ${q.headers.range ?? ''}`)).toContain('GET bytes=0-0');
+    expect((await r.read(123_456, 10)).equals(slice(123_456, 10))).toBe(true);
+    // the registry itself answering HEAD with 403 (a front-end that refuses HEAD)
+    srv.setPlan((req) => (req.method === 'HEAD' ? { kind: 'status', status: 403 } : undefined));
+    other.setPlan(undefined);
+    srv.requests.length = 0;
+    expect((await open(client())).size).toBe(BLOB.length);
+    expect(srv.requests.map((q) => `${q.method} ${q.headers.range ?? ''}`)).toEqual([
+      'HEAD ',
+      'GET bytes=0-0',
+    ]);
+    // a real "not found" from the registry is still final
+    srv.setPlan((req) => (req.method === 'HEAD' ? { kind: 'status', status: 404 } : undefined));
+    expect((await caught(open(client()))).code).toBe('E_REGISTRY_NOT_FOUND');
+  });
+
   it('ends a hanging request with E_DEADLINE within the deadline', async () => {
     const r = await open(client({ requestTimeoutMs: 300, fetchTimeoutMs: 1000 }));
     srv.setPlan(always({ kind: 'hang' }));

@@ -77,7 +77,7 @@ describe('multi-platform indexes on a real docker-registry', () => {
     try {
       const ref = parseReference(`${reg.host}/multi/app:latest`);
       const byDigest = await client.findLayer(ref, sha256(armOnly));
-      expect(byDigest.matchedBy).toBe('digest');
+      expect(byDigest.matchedBy).toBe('blob');
       expect(byDigest.layerIndex).toBe(1);
       expect(byDigest.image.manifestDigest).toBe(arm.manifestDigest);
       expect(byDigest.image.platform).toMatchObject({ os: 'linux', architecture: 'arm64' });

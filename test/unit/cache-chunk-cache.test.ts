@@ -220,26 +220,35 @@ describe('ChunkCache', () => {
     const size = 16 * 1024;
     const maxBytes = 6 * footprint(size);
     const cache = await ChunkCache.open({ root, maxBytes, minFreeBytes: 0, memoryBytes: 1 });
-    const pinned = Array.from({ length: 3 }, () => randomBytes(size));
+    const onDisk = async (c: Buffer): Promise<boolean> =>
+      (await stat(chunkPath(root, digestOf(c))).catch(() => undefined)) !== undefined;
+    const pinned = Array.from({ length: 4 }, () => randomBytes(size));
     cache.pin('layerA', pinned.map(digestOf));
     expect(cache.isPinned('layerA')).toBe(true);
+    // the pinned chunks are written first, so they are the least recently used of all
     for (const c of pinned) await cache.put(digestOf(c), c);
     for (let i = 0; i < 30; i++) {
       const c = randomBytes(size);
       await cache.put(digestOf(c), c);
+      await cache.flush();
+      // after every single eviction round, every pinned file is still there (checked on disk)
+      for (const p of pinned) expect(await onDisk(p), `pinned chunk after put ${i}`).toBe(true);
     }
+    expect(cache.stats().evictions).toBeGreaterThanOrEqual(30 - 2);
+    expect(cache.stats().pinnedEntries).toBe(pinned.length);
     for (const c of pinned) expect((await cache.get(digestOf(c)))?.equals(c)).toBe(true);
     expect((await diskUsage(root)).apparent).toBeLessThanOrEqual(maxBytes);
     cache.unpin('layerA');
     expect(cache.isPinned('layerA')).toBe(false);
+    expect(cache.stats().pinnedEntries).toBe(0);
     for (let i = 0; i < 10; i++) {
       const c = randomBytes(size);
       await cache.put(digestOf(c), c);
     }
-    const survivors = await Promise.all(
-      pinned.map(async (c) => (await cache.get(digestOf(c))) !== undefined),
-    );
-    expect(survivors.every((s) => s)).toBe(false);
+    await cache.flush();
+    // unpinned, every one of them went the LRU way (10 newer chunks, room for 6)
+    for (const p of pinned) expect(await onDisk(p)).toBe(false);
+    for (const p of pinned) expect(await cache.get(digestOf(p))).toBeUndefined();
     await cache.close();
   });
 

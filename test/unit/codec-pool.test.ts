@@ -6,12 +6,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { CodecPool } from '../../src/format/codec-pool.js';
 import {
   configureCodec,
   codecPoolSize,
   decodeChunk,
+  decodeChunks,
   sha256Async,
   terminateCodec,
 } from '../../src/format/codec.js';
@@ -145,6 +146,46 @@ describe('decodeChunk', () => {
     expect(err).toBeInstanceOf(DigestMismatchError);
   });
 
+  it('decodeChunks: chunks sharing one member are decoded from one task, each verified alone', async () => {
+    const files = [texty(3000), randomBytes(500), texty(7000), randomBytes(1)];
+    const plain = Buffer.concat(files);
+    const inner: number[] = [];
+    files.reduce((pos, f) => (inner.push(pos), pos + f.length), 0);
+    for (const [kind, span] of [
+      ['gzip', gzipSync(plain)],
+      ['zstd', zstdCli(plain)],
+    ] as const) {
+      const chunks = files.map((f, i) => chunkOf(f, { innerOffset: inner[i]!, fileOffset: 100 * i }));
+      chunks[2] = { ...chunks[2]!, digest: sha(Buffer.from('lie')) };
+      const run = vi.spyOn(CodecPool.prototype, 'run');
+      try {
+        const out = await decodeChunks(kind, span, chunks, { path: 'x' });
+        expect(run).toHaveBeenCalledTimes(1);
+        expect((out[0] as Buffer).equals(files[0]!)).toBe(true);
+        expect((out[1] as Buffer).equals(files[1]!)).toBe(true);
+        expect(out[2]).toBeInstanceOf(DigestMismatchError);
+        expect((out[2] as StoreError).context).toMatchObject({
+          offset: 200,
+          path: 'x',
+          actual: sha(files[2]!),
+        });
+        expect((out[3] as Buffer).equals(files[3]!)).toBe(true);
+      } finally {
+        run.mockRestore();
+      }
+    }
+    // a span that does not decompress fails every chunk, typed
+    const bad = await decodeChunks('zstd', randomBytes(100), [chunkOf(files[0]!), chunkOf(files[1]!)]);
+    expect(bad.map((r) => (r as StoreError).code)).toEqual(['E_DECOMPRESS', 'E_DECOMPRESS']);
+    // a chunk beyond what the member holds: E_TRUNCATED for it only
+    const short = await decodeChunks('gzip', gzipSync(plain), [
+      chunkOf(files[0]!),
+      chunkOf(files[1]!, { innerOffset: plain.length }),
+    ]);
+    expect((short[0] as Buffer).equals(files[0]!)).toBe(true);
+    expect((short[1] as StoreError).code).toBe('E_TRUNCATED');
+  });
+
   it('does not detach the caller span', async () => {
     const data = texty(20_000);
     const span = zstdCli(data);
@@ -205,12 +246,13 @@ describe('decodeChunk', () => {
 });
 
 describe('sha256Async and the pool', () => {
-  it('hashes off-thread and leaves the input intact', async () => {
-    const b = randomBytes(3 << 20);
-    const copy = Buffer.from(b);
-    expect(await sha256Async(b)).toBe(sha(copy));
-    expect(b.equals(copy)).toBe(true);
-    expect(await sha256Async(Buffer.alloc(0))).toBe(sha(Buffer.alloc(0)));
+  it('hashes without blocking (inline, thread pool, worker sizes) and leaves the input intact', async () => {
+    for (const n of [0, 1000, 3 << 20, 9 << 20]) {
+      const b = randomBytes(n);
+      const copy = Buffer.from(b);
+      expect(await sha256Async(b), `${n} bytes`).toBe(sha(copy));
+      expect(b.equals(copy)).toBe(true);
+    }
   });
 
   it('starts workers lazily, never more than its size, and terminate fails pending work', async () => {
@@ -246,6 +288,9 @@ describe('sha256Async and the pool', () => {
     await slots[0]!.worker.terminate(); // simulates a crash (not via pool.terminate)
     const err = await inflight;
     expect(err).toBeInstanceOf(StoreError);
+    // a crash/OOM says nothing about the data: E_IO with the cause, not E_DECOMPRESS
+    expect((err as StoreError).code).toBe('E_IO');
+    expect((err as StoreError).cause).toBeInstanceOf(Error);
     const small = new Uint8Array(Buffer.from('again')).buffer;
     const reply = await pool.run({ op: 'sha256', src: [small] }, [small]);
     expect(reply.ok && reply.digest).toBe(sha(Buffer.from('again')));
@@ -292,15 +337,16 @@ describe('sha256Async and the pool', () => {
     const script = join(work, 'run.mjs');
     writeFileSync(
       script,
+      // 8 MiB: large enough to go to a codec worker (smaller inputs are hashed without one)
       `import { sha256Async } from ${JSON.stringify(join(out, 'format/codec.js'))};\n` +
-        `console.log(await sha256Async(Buffer.from('stargz')));\n`,
+        `console.log(await sha256Async(Buffer.alloc(8 << 20, 's')));\n`,
     );
     const t0 = Date.now();
     const { stdout } = await execFileAsync('node', [script], {
       timeout: 20_000,
       env: { ...process.env, NODE_PATH: join(process.cwd(), 'node_modules') },
     });
-    expect(stdout.trim()).toBe(sha(Buffer.from('stargz')));
+    expect(stdout.trim()).toBe(sha(Buffer.alloc(8 << 20, 's')));
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect(readFileSync(join(out, 'format/codec-worker.js'), 'utf8')).toContain('CODEC_WORKER_SOURCE');
   });

@@ -54,6 +54,55 @@ request_timeout_sec = 7
     });
   });
 
+  it('[resolver] TLS files (host and mirrors) reach the registry client; bad ones name the key', () => {
+    const { config, warnings } = buildConfig(
+      `[resolver]
+request_timeout_sec = 20
+[resolver.host."ghcr.io"]
+ca_file = "/etc/ssl/ghcr.pem"
+[resolver.host."reg.lan:5000"]
+ca_file = ["/etc/ssl/a.pem", "/etc/ssl/b.pem"]
+cert_file = "/etc/ssl/client.pem"
+key_file = "/etc/ssl/client.key"
+[[resolver.host."docker.io".mirrors]]
+host = "mirror.lan:5000"
+ca_file = "/etc/ssl/mirror.pem"
+`,
+      { mountpoint: '/mnt' },
+    );
+    expect(warnings).toEqual([]);
+    expect(config.resolver.requestTimeoutSec).toBe(20);
+    expect(hostsFromStoreConfig(config)).toEqual({
+      'ghcr.io': { mirrors: [], caFiles: ['/etc/ssl/ghcr.pem'] },
+      'reg.lan:5000': {
+        mirrors: [],
+        caFiles: ['/etc/ssl/a.pem', '/etc/ssl/b.pem'],
+        certFile: '/etc/ssl/client.pem',
+        keyFile: '/etc/ssl/client.key',
+      },
+      'docker.io': {
+        mirrors: [{ host: 'mirror.lan:5000', insecure: false, caFiles: ['/etc/ssl/mirror.pem'] }],
+      },
+    });
+    const bad = (text: string) => {
+      try {
+        buildConfig(text, { mountpoint: '/mnt' });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return 'no error';
+    };
+    expect(bad('[resolver.host."a"]\nca_file = "relative.pem"\n')).toMatch(
+      /^config key \[resolver\.host\."a"\] ca_file: must be an absolute path/,
+    );
+    expect(bad('[resolver.host."a"]\ncert_file = "/c.pem"\n')).toMatch(
+      /^config key \[resolver\.host\."a"\] key_file: needs both cert_file and key_file/,
+    );
+    expect(bad('[[resolver.host."a".mirrors]]\nhost = "m"\nca_file = []\n')).toMatch(
+      /^config key \[\[resolver\.host\."a"\.mirrors\]\]#1 ca_file: /,
+    );
+  });
+
   it('[registry] auth_file and docker_config take the place of the default auth files', () => {
     const env = { HOME: '/home/u', XDG_RUNTIME_DIR: '/run/user/7' };
     const { config: plain } = buildConfig(undefined, { mountpoint: '/mnt' });

@@ -74,15 +74,30 @@ describe('config defaults (stargz-format.md §6.1 and §3.1)', () => {
     expect(c.resolver).toEqual({ requestTimeoutSec: 30, hosts: {} });
   });
 
+  it('defaults [platform] platforms to the host platform, not to amd64', () => {
+    const arch = Object.getOwnPropertyDescriptor(process, 'arch')!;
+    Object.defineProperty(process, 'arch', { ...arch, value: 'arm64' });
+    try {
+      expect(buildConfig(undefined, { mountpoint: '/mnt' }).config.platform.platforms).toEqual([
+        'linux/arm64',
+      ]);
+    } finally {
+      Object.defineProperty(process, 'arch', arch);
+    }
+  });
+
   it('has our own groups', () => {
-    expect(c.platform.platforms).toEqual(['linux/amd64']);
+    // the host platform, computed independently of the registry code
+    const arch = { x64: 'amd64', arm64: 'arm64', ia32: '386' }[process.arch as string] ?? process.arch;
+    expect(c.platform.platforms).toEqual([`${process.platform}/${arch}`]);
     expect(c.registry).toEqual({
       authFile: '',
       dockerConfig: '',
       registriesConf: '/etc/containers/registries.conf',
       tagTtlSec: 60,
     });
-    expect(c.deadlines.fuseSec).toBeGreaterThanOrEqual(Math.max(c.deadlines.lookupSec, c.deadlines.readSec));
+    expect(c.deadlines.fuseSec).toBeGreaterThan(Math.max(c.deadlines.lookupSec, c.deadlines.readSec));
+    expect(c.deadlines.negativeTtlSec).toBe(60);
     expect(c.cache.maxBytes).toBeGreaterThan(0);
   });
 });
@@ -247,7 +262,14 @@ host = "mirror-b.example.com"
       /^config key \[deadlines\] read_sec: must be a positive number/,
     );
     expect(configError('[deadlines]\nread_sec = 40\n').message).toMatch(
-      /^config key \[deadlines\] fuse_sec: must be >= /,
+      /^config key \[deadlines\] fuse_sec: must be greater than /,
+    );
+    // equal is not enough: the layer's own read deadline must answer before the adapter's
+    expect(configError('[deadlines]\nread_sec = 30\nfuse_sec = 30\n').message).toMatch(
+      /^config key \[deadlines\] fuse_sec: must be greater than /,
+    );
+    expect(configError('[deadlines]\nnegative_ttl_sec = 0\n').message).toMatch(
+      /^config key \[deadlines\] negative_ttl_sec: /,
     );
     expect(configError('[platform]\nplatforms = ["amd64"]\n').message).toMatch(
       /^config key \[platform\] platforms: /,

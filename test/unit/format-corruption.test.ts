@@ -8,20 +8,11 @@ import { readFileRange } from '../../src/format/read-file.js';
 import { DigestMismatchError, StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { estargzFooterBytes, skippableFrame, tocMember } from '../helpers/format-builders.js';
-import { loadBlob, run, sha256, VECTOR_A, VECTOR_B } from '../helpers/format-fixtures.js';
+import { failure, loadBlob, run, sha256, VECTOR_A, VECTOR_B } from '../helpers/format-fixtures.js';
 
 const A_TOC = 'sha256:eb0ed4f2b5a8333488f5b25c8441ac95d1232a96b9e6b034eae0341622392376';
 const B_CHECKSUM = 'sha256:609868a8d0f0b24f3b473a3ac6f50f32a98ecf36d8e466dff527e2223b051131';
 const B_JSON = 'sha256:0a5d0b175bad3213eeb9a0d7731ac789af75a86469bf095ac0d44286aae9bc99';
-
-async function failure(p: Promise<unknown>): Promise<StoreError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(StoreError);
-  return err as StoreError;
-}
 
 /** A chunk failure is a digest mismatch or a decompression error — nothing else. */
 function isChunkFailure(err: StoreError): boolean {
@@ -161,5 +152,14 @@ describe('corrupted TOC', () => {
       const err = await failure(openLayer(new BufferRangeReader(bad), { expectedTocDigest: B_CHECKSUM }));
       expect(err.code, `byte ${at}`).toMatch(/^E_(BAD_TOC|TOC_DIGEST_MISMATCH)$/);
     }
+  });
+
+  test('anything unexpected escaping the parsers is a typed E_BAD_TOC with its cause', async () => {
+    // a reader breaking its contract (a Uint8Array, not a Buffer) makes the footer code throw a
+    // TypeError deep inside: the caller still gets a StoreError, never a raw exception
+    const reader = { size: 100_000, read: async (_o: number, l: number) => new Uint8Array(l) as Buffer };
+    const err = await failure(openLayer(reader));
+    expect(err.code).toBe('E_BAD_TOC');
+    expect(err.cause).toBeInstanceOf(TypeError);
   });
 });

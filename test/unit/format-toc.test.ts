@@ -8,7 +8,7 @@ import { parseModTime } from '../../src/format/toc-tree.js';
 import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { buildEStargz, estargzFooterBytes, tocMember } from '../helpers/format-builders.js';
-import { sha256 } from '../helpers/format-fixtures.js';
+import { failure, sha256 } from '../helpers/format-fixtures.js';
 
 type Entry = Record<string, unknown>;
 
@@ -21,15 +21,6 @@ async function open(
   const { blob } = buildEStargz(payloads, (off) => ({ version: 1, entries: entries(off) }));
   const reader = new BufferRangeReader(blob);
   return { index: await openLayer(reader, opts), reader };
-}
-
-async function failure(p: Promise<unknown>): Promise<StoreError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(StoreError);
-  return err as StoreError;
 }
 
 const reg = (name: string, data: string, offset: number, extra: Entry = {}): Entry => ({

@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import type { Chunk, LayerIndex, PrefetchHint, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
-import type { BlobSource, ByteRange } from '../../src/layer/types.js';
+import type { BlobSource, ByteRange, FetchOptions } from '../../src/layer/types.js';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer };
 
@@ -30,6 +30,8 @@ export interface Fixture {
   files: Map<string, Buffer>;
   nodes: Map<string, TreeNode>;
   diffID: string;
+  /** Length of the decompressed stream the DiffID is computed over. */
+  uncompressedSize: number;
   /** Compressed member boundaries, in order. */
   members: Array<{ offset: number; end: number }>;
 }
@@ -127,7 +129,8 @@ export function buildFixture(
     pos += c.length;
   }
   const blob = Buffer.concat(parts);
-  const diffID = sha256(Buffer.concat(memberPlain.flat()));
+  const plainStream = Buffer.concat(memberPlain.flat());
+  const diffID = sha256(plainStream);
 
   const root = node(1, '', 'dir', 0, []);
   const nodes: TreeNode[] = [root, root];
@@ -158,7 +161,7 @@ export function buildFixture(
     prefetch,
     dataEnd: members[members.length - 1]!.offset,
   };
-  return { index, blob, files, nodes: byPath, diffID, members };
+  return { index, blob, files, nodes: byPath, diffID, uncompressedSize: plainStream.length, members };
 }
 
 /** A mix of file shapes: empty, tiny (shared members), multi-chunk, exact multiples, zero runs. */
@@ -180,6 +183,8 @@ export function mixedSpecs(chunkSize: number): FixtureFileSpec[] {
 /** In-memory blob source that counts requests and can delay, block or corrupt them. */
 export class TestSource implements BlobSource {
   requests: ByteRange[][] = [];
+  /** Per request: whether the caller asked to bypass caches (`opts.fresh`). */
+  fresh: boolean[] = [];
   bytes = 0;
   delayMs = 0;
   gate: Promise<void> | undefined;
@@ -230,15 +235,17 @@ export class TestSource implements BlobSource {
     if (signal?.aborted) throw new StoreError('E_ABORTED', 'aborted');
   }
 
-  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+  async read(offset: number, length: number, signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer> {
     this.requests.push([{ offset, length }]);
+    this.fresh.push(opts?.fresh === true);
     this.bytes += length;
     await this.wait(signal);
     return await this.serve({ offset, length }, signal);
   }
 
-  async readRanges(ranges: ByteRange[], signal?: AbortSignal): Promise<Buffer[]> {
+  async readRanges(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]> {
     this.requests.push(ranges);
+    this.fresh.push(opts?.fresh === true);
     for (const r of ranges) this.bytes += r.length;
     await this.wait(signal);
     return await Promise.all(ranges.map((r) => this.serve(r, signal)));

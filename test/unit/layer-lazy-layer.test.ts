@@ -2,10 +2,18 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createRequire } from 'node:module';
+import { gzipSync } from 'node:zlib';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import { FetchScheduler, LazyLayer, type LazyLayerOptions } from '../../src/layer/index.js';
+import type { Logger } from '../../src/util/logger.js';
+import { StreamDigest } from '../../src/layer/diffid.js';
+import { CodecPool } from '../../src/format/codec-pool.js';
 import { buildFixture, mixedSpecs, sha256, TestSource, type Fixture } from './layer-fixture.js';
+
+const zstdCompress = (createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer })
+  .compress;
 
 let root: string;
 let cache: ChunkCache;
@@ -183,12 +191,40 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
         ).toBe(true);
       }
     }
-    // a read spanning the bad chunk fails too, a second attempt refetches (nothing was cached)
-    await expect(layer.read(big, bad.fileOffset - 10, 100)).rejects.toBeDefined();
+    // a read spanning the bad chunk fails too, and each attempt refetches exactly the bad chunk's
+    // span (the good neighbour is served from memory; nothing of the bad one was cached)
+    const badSpan = [{ offset: bad.compressedOffset, length: bad.compressedEnd - bad.compressedOffset }];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const before = source.requestCount;
+      const err = await layer.read(big, bad.fileOffset - 10, 100).catch((e: unknown) => e);
+      expect(err).toMatchObject({
+        code: expect.stringMatching(/^E_(DIGEST_MISMATCH|DECOMPRESS|TRUNCATED)$/),
+      });
+      expect(source.requests.slice(before)).toEqual([badSpan]);
+    }
     await cache.flush();
     expect(await cachedFiles()).not.toContain(bad.digest);
     expect(layer.state().lastError).toMatch(/E_/);
     expect(layer.state().bad).toBe(false);
+  });
+
+  it('a read failing on one chunk never leaves a shared fetch of another chunk pending', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source, { deadlineMs: 5000 });
+    const big = node(fx, 'big');
+    const content = fx.files.get('big')!;
+    const [c0, , , c3] = big.chunks;
+    await layer.read(big, c3!.fileOffset, 1); // chunk 3 now in memory
+    // chunk 0 (not cached) registers a single-flight fetch, then chunk 3 fails its size check
+    const hostile = { ...big, chunks: [c0!, { ...c3!, fileOffset: c0!.size, size: c3!.size + 1 }] };
+    const err = await layer.read(hostile, 0, c0!.size + 10).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'E_BAD_TOC' });
+    // a later read of chunk 0 joins that fetch, which must have completed
+    const t0 = performance.now();
+    expect((await layer.read(big, 0, 100)).equals(content.subarray(0, 100))).toBe(true);
+    expect(performance.now() - t0).toBeLessThan(2000);
+    expect(source.requestCount).toBe(2);
   });
 
   it('rejects with E_DEADLINE when the source is slow; the fetch still fills the cache', async () => {
@@ -293,6 +329,8 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(st).toMatchObject({ fullyVerified: true, bad: false, backgroundDone: true, percent: 100 });
     expect(st.chunksVerified).toBe(st.chunksTotal);
     expect(st.bytesFetched).toBe(fx.blob.length);
+    // the DiffID stream's length: what OLD-protocol `diff-size` reports
+    expect(st.uncompressedSize).toBe(fx.uncompressedSize);
     await cache.flush();
     const files = new Set(await cachedFiles());
     for (const n of fx.nodes.values())
@@ -304,10 +342,41 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
       expectedDiffID: fx.diffID,
       stateDir: join(root, 'layers'),
     });
+    expect(again.state().uncompressedSize).toBeUndefined();
     again.start();
     await again.whenBackgroundDone();
     expect(again.state().fullyVerified).toBe(true);
+    expect(again.state().uncompressedSize).toBe(fx.uncompressedSize);
     expect(source2.requestCount).toBe(0);
+  });
+
+  it('the background pass decodes a member shared by several small files once', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const small = [...fx.nodes.values()].filter((n) => n.path.startsWith('small'));
+    const shared = new Set(small.map((n) => n.chunks[0]!.compressedOffset));
+    expect(shared.size).toBeLessThan(small.length); // the fixture packs them into one member
+    const run = vi.spyOn(CodecPool.prototype, 'run');
+    try {
+      const layer = makeLayer(fx, new TestSource(fx.blob), { backgroundFetch: true });
+      layer.start();
+      await layer.whenBackgroundDone();
+      // one task per member holding a distinct (not yet seen) chunk digest
+      const byDigest = new Map<string, { compressedOffset: number; compressedEnd: number }>();
+      for (const n of fx.nodes.values()) {
+        for (const c of n.chunks) if (!c.zeros && !byDigest.has(c.digest)) byDigest.set(c.digest, c);
+      }
+      const members = new Set([...byDigest.values()].map((c) => `${c.compressedOffset}:${c.compressedEnd}`));
+      expect(members.size).toBeLessThan(byDigest.size);
+      const decodeTasks = run.mock.calls.filter(([req]) => req.op === 'decode' || req.op === 'decodeMany');
+      expect(decodeTasks).toHaveLength(members.size);
+      expect(layer.state().chunksVerified).toBe(layer.state().chunksTotal);
+    } finally {
+      run.mockRestore();
+    }
+    for (const n of small)
+      expect(
+        (await makeLayer(fx, new TestSource(fx.blob)).read(n, 0, n.size)).equals(fx.files.get(n.path)!),
+      ).toBe(true);
   });
 
   it('a wrong diff_id marks the layer bad: later reads fail with E_LAYER_BAD', async () => {
@@ -325,7 +394,43 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(st.bad).toBe(true);
     expect(st.fullyVerified).toBe(false);
     expect(st.lastError).toMatch(/E_LAYER_BAD/);
+    expect(st.uncompressedSize).toBeUndefined();
     await expect(layer.read(big, 0, 10)).rejects.toMatchObject({ code: 'E_LAYER_BAD' });
+    // only after a second whole pass whose every request asked for fresh bytes
+    const freshBytes = source.requests
+      .filter((_, i) => source.fresh[i])
+      .flat()
+      .reduce((n, r) => n + r.length, 0);
+    expect(freshBytes).toBe(fx.blob.length);
+  });
+
+  it('a DiffID mismatch caused by stale cached bytes is re-checked with fresh ones: not bad', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    // A cache on the way serves a different (valid, same-length) trailing member unless asked for
+    // fresh bytes: no chunk lives there, so only the whole-stream DiffID can notice.
+    const toc = fx.members[fx.members.length - 1]!;
+    let stale: Buffer | undefined;
+    for (let i = 0; i < 1000 && stale === undefined; i++) {
+      const plain = randomBytes(700);
+      const c = compression === 'gzip' ? gzipSync(plain) : zstdCompress(plain);
+      if (c.length === toc.end - toc.offset) stale = c;
+    }
+    expect(stale).toBeDefined();
+    const staleBlob = Buffer.concat([fx.blob.subarray(0, toc.offset), stale!]);
+    class StaleCacheSource extends TestSource {
+      override async read(offset: number, length: number, signal?: AbortSignal, opts?: { fresh?: boolean }) {
+        const b = await super.read(offset, length, signal, opts);
+        return opts?.fresh === true ? b : Buffer.from(staleBlob.subarray(offset, offset + length));
+      }
+    }
+    const source = new StaleCacheSource(fx.blob);
+    const layer = makeLayer(fx, source, { backgroundFetch: true, expectedDiffID: fx.diffID });
+    layer.start();
+    await layer.whenBackgroundDone();
+    const st = layer.state();
+    expect(st).toMatchObject({ bad: false, fullyVerified: true, uncompressedSize: fx.uncompressedSize });
+    expect(source.fresh.some((f) => f)).toBe(true);
+    expect(st.lastError).toMatch(/re-checking/); // the first pass's mismatch is still reported
   });
 
   it('a chunk failing verification in the background does not mark the layer bad', async () => {
@@ -437,5 +542,128 @@ describe('LazyLayer under concurrency and background work', () => {
     expect(mismatches).toBe(0);
     await layer.whenBackgroundDone();
     expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false, percent: 100 });
+  });
+});
+
+describe('LazyLayer bookkeeping stays off the hot path', () => {
+  /** The fixture plus `extra` files of one chunk each (distinct digests): a big TOC, cheaply. */
+  function bigIndex(extra: number): { fx: Fixture; distinct: number } {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const template = fx.nodes.get('small0')!;
+    const nodes = [...fx.index.nodes];
+    for (let i = 0; i < extra; i++) {
+      const digest = 'sha256:' + i.toString(16).padStart(64, '0');
+      nodes.push({
+        ...template,
+        id: nodes.length,
+        path: `f${i}`,
+        chunks: [{ ...template.chunks[0]!, digest }],
+      });
+    }
+    const distinct = new Set<string>();
+    for (const n of nodes)
+      if (n?.type === 'reg') for (const c of n.chunks) if (!c.zeros) distinct.add(c.digest);
+    return { fx: { ...fx, index: { ...fx.index, nodes } }, distinct: distinct.size };
+  }
+
+  it('state() never builds the chunk plan; start() builds it once, asynchronously', async () => {
+    const { fx, distinct } = bigIndex(300_000);
+    const layer = makeLayer(fx, new TestSource(fx.blob));
+    const t0 = performance.now();
+    const before = layer.state();
+    const ms = performance.now() - t0;
+    expect(before).toMatchObject({ chunksTotal: 0, percent: 0, chunksVerified: 0 });
+    expect(ms).toBeLessThan(20);
+    layer.start();
+    expect(layer.state().chunksTotal).toBe(0); // start() returns before the plan exists
+    await layer.whenPrefetched();
+    expect(layer.state().chunksTotal).toBe(distinct);
+  });
+
+  it('pin() before the plan exists pins at once and adds every chunk once it does', async () => {
+    const { fx, distinct } = bigIndex(2000);
+    const layer = makeLayer(fx, new TestSource(fx.blob));
+    layer.pin();
+    expect(layer.state().pinned).toBe(true);
+    await vi.waitFor(() => expect(cache.stats().pinnedEntries).toBe(distinct));
+    layer.unpin();
+    expect(layer.state().pinned).toBe(false);
+    expect(cache.stats().pinnedEntries).toBe(0);
+  });
+
+  it('an unexpected throw in prefetch/background is recorded, never an unhandled rejection', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const big = fx.nodes.get('big')!;
+    // a logger whose debug() throws: runPrefetch calls it outside any try, after the prefetch
+    const broken = {
+      debug: () => {
+        throw new Error('logger exploded');
+      },
+      info: () => undefined,
+      warn: () => undefined,
+      error: () => undefined,
+    };
+    const logger = { child: () => broken } as unknown as Logger;
+    const unhandled: unknown[] = [];
+    const onUnhandled = (r: unknown): void => {
+      unhandled.push(r);
+    };
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const layer = makeLayer(
+        {
+          ...fx,
+          index: { ...fx.index, prefetch: { kind: 'landmark', end: big.chunks[2]!.compressedOffset } },
+        },
+        new TestSource(fx.blob),
+        { logger, backgroundFetch: true, expectedDiffID: fx.diffID },
+      );
+      layer.start();
+      await layer.whenPrefetched();
+      await layer.whenBackgroundDone();
+      await new Promise((r) => setTimeout(r, 20));
+      expect(layer.state().lastError).toMatch(/logger exploded/);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('DiffID workers: none before data arrives, at most hashConcurrency store-wide', async () => {
+    const idle = new StreamDigest('gzip');
+    expect(StreamDigest.liveWorkers).toBe(0);
+    await idle.destroy();
+    const scheduler = new FetchScheduler({ quietMs: 0, hashConcurrency: 2, backgroundConcurrency: 6 });
+    const layers = Array.from({ length: 6 }, (_, i) => {
+      const fx = buildFixture(mixedSpecs(4096), i % 2 === 0 ? 'gzip' : 'zstd');
+      const source = new TestSource(fx.blob);
+      source.delayMs = 15;
+      return {
+        fx,
+        layer: makeLayer(fx, source, {
+          scheduler,
+          backgroundFetch: true,
+          expectedDiffID: fx.diffID,
+          backgroundUnitBytes: 8192,
+          layerKey: `sha256:${String(i).repeat(64)}`,
+        }),
+      };
+    });
+    let maxWorkers = 0;
+    let maxRunning = 0;
+    const timer = setInterval(() => {
+      maxWorkers = Math.max(maxWorkers, StreamDigest.liveWorkers);
+      maxRunning = Math.max(maxRunning, scheduler.stats().hashRunning);
+    }, 2);
+    for (const { layer } of layers) layer.start();
+    await Promise.all(layers.map(({ layer }) => layer.whenBackgroundDone()));
+    clearInterval(timer);
+    for (const { layer, fx } of layers) {
+      expect(layer.state()).toMatchObject({ fullyVerified: true, uncompressedSize: fx.uncompressedSize });
+    }
+    expect(maxRunning).toBe(2);
+    expect(maxWorkers).toBeGreaterThan(0);
+    expect(maxWorkers).toBeLessThanOrEqual(2);
+    await vi.waitFor(() => expect(StreamDigest.liveWorkers).toBe(0));
   });
 });

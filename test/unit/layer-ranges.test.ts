@@ -69,12 +69,13 @@ function chunk(co: number, ce: number, i: number): Chunk {
 }
 
 describe('planUnits', () => {
-  it('property: units tile [0, blobSize) and every chunk lies in exactly one unit', () => {
+  it('property: units tile [0, blobSize) and every chunk lies in exactly one unit (any unit size)', () => {
     fc.assert(
       fc.property(
         fc.array(fc.integer({ min: 1, max: 3000 }), { minLength: 0, maxLength: 80 }),
         fc.array(fc.integer({ min: 0, max: 3 }), { maxLength: 80 }),
-        fc.integer({ min: 1, max: 20_000 }),
+        // nonsense unit sizes (from a bad config) must still terminate and tile
+        fc.oneof(fc.integer({ min: 1, max: 20_000 }), fc.constantFrom(0, -5, Number.NaN)),
         fc.integer({ min: 0, max: 5000 }),
         (sizes, shares, unitBytes, tail) => {
           // consecutive members; some members shared by several chunks (same span)

@@ -72,12 +72,21 @@ describe('LazyLayer on real sample blobs', () => {
     const tool = (await readFile(c.file)).subarray(0, 2).equals(Buffer.from([0x1f, 0x8b])) ? 'gzip' : 'zstd';
     execFileSync('sh', ['-c', `${tool} -dc "$1" | tar -x -C "$2"`, 'sh', c.file, dir]);
     const reader = await FileRangeReader.open(c.file);
+    // counts what the engine asks of the blob (openLayer reads the file directly)
+    let sourceReads = 0;
+    const source = {
+      size: reader.size,
+      read: (offset: number, length: number) => {
+        sourceReads++;
+        return reader.read(offset, length);
+      },
+    };
     const cache = await ChunkCache.open({ root: join(dir, '.root'), minFreeBytes: 0 });
     try {
       const index = await openLayer(reader);
       const layer = new LazyLayer({
         index,
-        source: reader,
+        source,
         cache,
         layerKey: c.name,
         backgroundFetch: false,
@@ -86,6 +95,7 @@ describe('LazyLayer on real sample blobs', () => {
       const regs = index.nodes.filter((n) => n !== undefined && n.type === 'reg');
       expect(regs.length).toBeGreaterThan(0);
       for (const pass of ['cold', 'warm']) {
+        const readsBefore = sourceReads;
         for (const n of regs) {
           const expected = await readFile(join(dir, n.path));
           expect(n.size).toBe(expected.length);
@@ -97,6 +107,14 @@ describe('LazyLayer on real sample blobs', () => {
             expect((await layer.read(n, off, len)).equals(expected.subarray(off, off + len))).toBe(true);
           }
         }
+        if (pass === 'warm') {
+          // everything came from the disk cache: not one read of the blob
+          expect(sourceReads - readsBefore).toBe(0);
+        } else {
+          expect(sourceReads).toBeGreaterThan(0);
+        }
+        // cache writes finish in the background: wait for them, then force disk reads
+        await cache.flush();
         cache.dropMemory();
       }
       await layer.close();
@@ -126,6 +144,12 @@ describe('LazyLayer on real sample blobs', () => {
       expect(st).toMatchObject({ fullyVerified: true, bad: false, backgroundDone: true, percent: 100 });
       expect(st.chunksVerified).toBe(st.chunksTotal);
       expect(st.lastError).toBeUndefined();
+      // the tar's length, as the CLI decompressors count it
+      const tool = (await readFile(c.file)).subarray(0, 2).equals(Buffer.from([0x1f, 0x8b]))
+        ? 'gzip'
+        : 'zstd';
+      const size = execFileSync('sh', ['-c', `${tool} -dc "$1" | wc -c`, 'sh', c.file], { encoding: 'utf8' });
+      expect(st.uncompressedSize).toBe(Number(size.trim()));
     } finally {
       await cache.close();
       await reader.close();

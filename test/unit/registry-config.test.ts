@@ -6,7 +6,7 @@ import {
   mergeHostsConfigs,
   resolveEndpoints,
 } from '../../src/registry/hosts.js';
-import { parseRegistriesConf, parseStoreResolverToml } from '../../src/registry/registries-conf.js';
+import { parseRegistriesConf } from '../../src/registry/registries-conf.js';
 import { parseReference } from '../../src/registry/reference.js';
 import { isStoreError } from '../../src/util/errors.js';
 import { SHARED } from '../helpers/shared.js';
@@ -108,56 +108,6 @@ location = "localhost:5001/hub"
     expect(urls('127.0.0.1:5000/lab/tiny:estargz', hosts)).toEqual([
       'http://127.0.0.1:5000/v2/lab/tiny/manifests/x',
     ]);
-  });
-
-  it('accepts the Go store\'s [[resolver.host."h".mirrors]] keys', () => {
-    const { hosts, requestTimeoutMs } = parseStoreResolverToml(`
-[resolver]
-request_timeout_sec = 20
-[[resolver.host."docker.io".mirrors]]
-host = "mirror.lan:5000"
-insecure = true
-request_timeout_sec = 5
-[resolver.host."docker.io".mirrors.header]
-x-custom = "a"
-x-list = ["b", "c"]
-[[resolver.host."docker.io".mirrors]]
-host = "slow.lan"
-request_timeout_sec = -1
-[resolver.host."ghcr.io"]
-ca_file = "/etc/ssl/ghcr.pem"
-`);
-    expect(requestTimeoutMs).toBe(20_000);
-    expect(hosts['docker.io']!.mirrors).toEqual([
-      {
-        host: 'mirror.lan:5000',
-        insecure: true,
-        requestTimeoutMs: 5000,
-        headers: { 'x-custom': 'a', 'x-list': ['b', 'c'] },
-      },
-      { host: 'slow.lan', requestTimeoutMs: Infinity },
-    ]);
-    expect(hosts['ghcr.io']!.caFiles).toEqual(['/etc/ssl/ghcr.pem']);
-    expect(urls('busybox', hosts)[0]).toBe(
-      'http://mirror.lan:5000/v2/library/busybox/manifests/x?ns=docker.io',
-    );
-  });
-
-  it('reports bad config with E_CONFIG naming the key', () => {
-    for (const bad of [
-      '[[resolver.host."a".mirrors]]\ninsecure = true\n',
-      '[[resolver.host."a".mirrors]]\nhost = 5\n',
-      '[resolver]\nrequest_timeout_sec = "x"\n',
-      'not toml = = =',
-    ]) {
-      let err: unknown;
-      try {
-        parseStoreResolverToml(bad);
-      } catch (e) {
-        err = e;
-      }
-      expect(isStoreError(err, 'E_CONFIG')).toBe(true);
-    }
   });
 
   it('merges configs: mirrors of both, later scalars win', () => {

@@ -51,6 +51,7 @@ describe('store VirtualFs (fake registry, real format reader and lazy layer)', (
   const ZREF = '127.0.0.1:5000/test/edge:zstd';
   const GREF = '127.0.0.1:5000/test/edge:gzip';
   const HREF = '127.0.0.1:5000/test/hang:latest';
+  const LOOKUP_MS = 1500;
 
   const open = () =>
     createLayerStore({
@@ -58,7 +59,7 @@ describe('store VirtualFs (fake registry, real format reader and lazy layer)', (
       registry,
       openLayer: defaultOpenLayer,
       createLayer: lazyLayerFactory(cache, { backgroundFetch: false }),
-      deadlines: { lookupMs: 400, readMs: 2000, syntheticMs: 500 },
+      deadlines: { lookupMs: LOOKUP_MS, readMs: 2000, syntheticMs: 500 },
       negativeTtlMs: 60_000,
     });
 
@@ -248,21 +249,29 @@ describe('store VirtualFs (fake registry, real format reader and lazy layer)', (
   });
 
   it('a hanging registry: lookups answer ENOENT at the deadline, other layers keep working', async () => {
+    // Timing is asserted against the configured lookup budget with wide margins (2 shared cores).
     const t0 = Date.now();
+    let hungSettled = false;
     const hung = fs.getattr(`/${b64(HREF)}/${esgz.layers[0]!.descriptor.digest}/diff`, ctx());
+    hung.then(
+      () => (hungSettled = true),
+      () => (hungSettled = true),
+    );
     const other = fs.getattr(`/${b64(ZREF)}/${zstd.layers[0]!.descriptor.digest}/diff`, ctx());
     expect((await other).mode & S_IFMT).toBe(S_IFDIR);
-    expect(Date.now() - t0).toBeLessThan(400);
+    // the other layer did not wait for the hung one
+    expect(hungSettled).toBe(false);
     expect(await errno(hung)).toBe('ENOENT');
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(350);
-    expect(Date.now() - t0).toBeLessThan(3000);
+    // answered at the budget, not before and not much later
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(LOOKUP_MS - 20);
+    expect(Date.now() - t0).toBeLessThan(LOOKUP_MS * 4);
     // the resolution is still running in the background: a second lookup (the kernel serialises
     // lookups of one name) must not wait another full budget
     const t1 = Date.now();
     expect(await errno(fs.getattr(`/${b64(HREF)}/${esgz.layers[0]!.descriptor.digest}/info`, ctx()))).toBe(
       'ENOENT',
     );
-    expect(Date.now() - t1).toBeLessThan(100);
+    expect(Date.now() - t1).toBeLessThan(LOOKUP_MS / 2);
     // inside diff the same failure is EIO (never "absent")
     expect(
       await errno(fs.getattr(`/${b64(HREF)}/${esgz.layers[0]!.descriptor.digest}/diff/foo`, ctx())),

@@ -140,3 +140,45 @@ async function inflateRaw(body: Buffer, opts: InflateOptions): Promise<{ data: B
     inflater.end(body);
   });
 }
+
+/**
+ * The first `maxBytes` (or fewer, if the stream ends first) decompressed bytes of raw deflate data
+ * `body`: inflation stops there, whatever the rest would expand to. Runs on the zlib thread pool.
+ */
+export async function inflatePrefix(
+  body: Buffer,
+  maxBytes: number,
+  opts: { code: ErrorCode; context?: ErrorContext; signal?: AbortSignal },
+): Promise<Buffer> {
+  const context = opts.context ?? {};
+  return await new Promise((resolve, reject) => {
+    const inflater = createInflateRaw({ chunkSize: 64 * 1024 });
+    const parts: Buffer[] = [];
+    let total = 0;
+    let settled = false;
+    const finish = (err: StoreError | undefined): void => {
+      if (settled) return;
+      settled = true;
+      opts.signal?.removeEventListener('abort', onAbort);
+      inflater.destroy();
+      if (err !== undefined) reject(err);
+      else resolve(Buffer.concat(parts, Math.min(total, maxBytes)));
+    };
+    const onAbort = (): void => finish(new StoreError('E_ABORTED', 'aborted while decompressing', context));
+    if (opts.signal?.aborted) {
+      onAbort();
+      return;
+    }
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    inflater.on('data', (chunk: Buffer) => {
+      parts.push(chunk);
+      total += chunk.length;
+      if (total >= maxBytes) finish(undefined);
+    });
+    inflater.on('error', (err: Error) => {
+      finish(new StoreError(opts.code, `cannot inflate gzip data: ${err.message}`, context));
+    });
+    inflater.on('end', () => finish(undefined));
+    inflater.end(body);
+  });
+}

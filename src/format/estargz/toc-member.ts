@@ -1,5 +1,5 @@
 import { StoreError } from '../../util/errors.js';
-import { inflateOneMember } from './gzip.js';
+import { inflateOneMember, inflatePrefix, parseGzipHeader } from './gzip.js';
 
 export const TOC_TAR_NAME = 'stargz.index.json';
 
@@ -22,15 +22,59 @@ export async function extractTocJson(
     ...(opts.signal ? { signal: opts.signal } : {}),
   });
   const { name, body } = firstTarEntry(inflated.data);
+  checkTocEntry(name, body.length, opts.maxTocBytes);
+  return body;
+}
+
+/** Where the TOC JSON sits inside the (still compressed) TOC member. */
+export interface TocJsonLocation {
+  /** Length of the gzip member header: the deflate data starts there. */
+  headerLength: number;
+  /** Offset and length of the JSON inside the member's decompressed tar stream. */
+  bodyStart: number;
+  bodySize: number;
+  /** Decompressed bytes the member may have at most (limit for the full inflate). */
+  maxOutput: number;
+}
+
+/** Tar headers (PAX included) of the TOC entry are expected within this much output. */
+const HEAD_BYTES = 1024 * 1024;
+
+/**
+ * Find the TOC JSON inside the member by inflating only its first tar headers (at most 1 MiB of
+ * output). The full inflate, its CRC/ISIZE check and the JSON parse are left to a worker thread
+ * (toc-worker.ts), so a tens-of-MB TOC never runs through the main thread.
+ */
+export async function locateTocJson(
+  member: Buffer,
+  opts: { maxTocBytes: number; signal?: AbortSignal },
+): Promise<TocJsonLocation> {
+  const context = { what: 'toc' };
+  const header = parseGzipHeader(member, 'E_BAD_TOC', context);
+  const head = await inflatePrefix(member.subarray(header.length), HEAD_BYTES, {
+    code: 'E_BAD_TOC',
+    context,
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  });
+  const { name, start, size } = tarEntryLocation(head);
+  checkTocEntry(name, size, opts.maxTocBytes);
+  return {
+    headerLength: header.length,
+    bodyStart: start,
+    bodySize: size,
+    maxOutput: opts.maxTocBytes + TAR_OVERHEAD,
+  };
+}
+
+function checkTocEntry(name: string, size: number, maxTocBytes: number): void {
   if (name !== TOC_TAR_NAME) {
     throw new StoreError('E_BAD_TOC', `TOC tar entry is named ${JSON.stringify(name)}, not ${TOC_TAR_NAME}`);
   }
-  if (body.length > opts.maxTocBytes) {
-    throw new StoreError('E_TOC_TOO_LARGE', `TOC JSON is ${body.length} bytes (limit ${opts.maxTocBytes})`, {
-      limit: opts.maxTocBytes,
+  if (size > maxTocBytes) {
+    throw new StoreError('E_TOC_TOO_LARGE', `TOC JSON is ${size} bytes (limit ${maxTocBytes})`, {
+      limit: maxTocBytes,
     });
   }
-  return body;
 }
 
 const BLOCK = 512;
@@ -98,6 +142,16 @@ function paxRecords(data: Buffer): Map<string, string> {
 
 /** First regular entry of a tar stream (PAX 'x' headers applied). */
 export function firstTarEntry(tar: Buffer): { name: string; body: Buffer } {
+  const { name, start, size } = tarEntryLocation(tar);
+  if (start + size > tar.length) throw new StoreError('E_BAD_TOC', 'TOC tar entry body is truncated');
+  return { name, body: tar.subarray(start, start + size) };
+}
+
+/**
+ * Name, body offset and body size of the first regular entry of a tar stream (PAX 'x' headers
+ * applied). Needs only the headers: `tar` may be a prefix that ends before the body does.
+ */
+export function tarEntryLocation(tar: Buffer): { name: string; start: number; size: number } {
   let pos = 0;
   let pax: Map<string, string> | undefined;
   for (let guard = 0; guard < 8; guard++) {
@@ -132,8 +186,7 @@ export function firstTarEntry(tar: Buffer): { name: string; body: Buffer } {
       if (!Number.isSafeInteger(paxSize) || paxSize < 0) throw new StoreError('E_BAD_TOC', 'bad PAX size');
       size = paxSize;
     }
-    if (dataStart + size > tar.length) throw new StoreError('E_BAD_TOC', 'TOC tar entry body is truncated');
-    return { name, body: tar.subarray(dataStart, dataStart + size) };
+    return { name, start: dataStart, size };
   }
   throw new StoreError('E_BAD_TOC', 'too many extended headers before the TOC entry');
 }

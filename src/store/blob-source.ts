@@ -1,0 +1,156 @@
+import { raceSignal } from '../registry/signals.js';
+import { StoreError, type ErrorContext } from '../util/errors.js';
+import { checkRange, type RangeReader } from '../util/range-reader.js';
+
+/** A RangeReader that may also fetch several ranges in one go (the registry blob reader does). */
+export interface MultiRangeReader extends RangeReader {
+  readRanges?(
+    ranges: ReadonlyArray<{ offset: number; length: number }>,
+    signal?: AbortSignal,
+  ): Promise<Buffer[]>;
+}
+
+/** Parallel single reads when the opened reader cannot fetch several ranges at once. */
+const FALLBACK_CONCURRENCY = 8;
+
+/**
+ * A registry blob whose size is already known (from the saved record or the manifest), opened only
+ * when a byte is actually needed: a restarted store serves cached content without any request,
+ * and a failed open (registry down, credentials gone) is retried by the next read instead of being
+ * remembered.
+ */
+export class LazyBlob implements MultiRangeReader {
+  private opening: Promise<MultiRangeReader> | undefined;
+  private opened: MultiRangeReader | undefined;
+
+  constructor(
+    readonly size: number,
+    /** Opens the real reader; its signal is the blob's own (never a single caller's). */
+    private readonly open: (signal: AbortSignal) => Promise<MultiRangeReader>,
+    private readonly ctx: ErrorContext,
+  ) {}
+
+  /** True once the registry blob has been opened (tests, status). */
+  get isOpen(): boolean {
+    return this.opened !== undefined;
+  }
+
+  private reader(signal?: AbortSignal): Promise<MultiRangeReader> {
+    if (this.opened) return Promise.resolve(this.opened);
+    if (!this.opening) {
+      const p = this.open(new AbortController().signal).then((r) => {
+        if (r.size !== this.size) {
+          throw new StoreError(
+            'E_REGISTRY_PROTOCOL',
+            `registry blob is ${r.size} bytes, expected ${this.size}`,
+            {
+              ...this.ctx,
+              size: r.size,
+              expected: this.size,
+            },
+          );
+        }
+        this.opened = r;
+        return r;
+      });
+      this.opening = p;
+      // forget a failure: the next read tries again
+      p.catch(() => {
+        if (this.opening === p) this.opening = undefined;
+      });
+    }
+    return raceSignal(this.opening, signal, this.ctx);
+  }
+
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    checkRange(this.size, offset, length);
+    if (length === 0) return Buffer.alloc(0);
+    return await (await this.reader(signal)).read(offset, length, signal);
+  }
+
+  async readRanges(
+    ranges: ReadonlyArray<{ offset: number; length: number }>,
+    signal?: AbortSignal,
+  ): Promise<Buffer[]> {
+    for (const r of ranges) checkRange(this.size, r.offset, r.length);
+    const inner = await this.reader(signal);
+    if (inner.readRanges) return await inner.readRanges(ranges, signal);
+    // a reader without multi-range support: a few single reads at a time
+    const out = new Array<Buffer>(ranges.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < ranges.length) {
+        const i = next++;
+        out[i] = await inner.read(ranges[i]!.offset, ranges[i]!.length, signal);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(FALLBACK_CONCURRENCY, ranges.length) }, worker));
+    return out;
+  }
+}
+
+/**
+ * Bytes [start, size) of a blob held in memory (the saved TOC + footer), everything before them
+ * from `inner`. Lets the format reader re-open a layer from disk without the registry.
+ */
+export class TailReader implements RangeReader {
+  constructor(
+    private readonly inner: RangeReader,
+    private readonly start: number,
+    private readonly tail: Buffer,
+  ) {
+    if (start + tail.length !== inner.size) {
+      throw new StoreError('E_INVALID_ARGUMENT', 'saved tail does not end at the blob end', {
+        start,
+        length: tail.length,
+        size: inner.size,
+      });
+    }
+  }
+
+  get size(): number {
+    return this.inner.size;
+  }
+
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    checkRange(this.size, offset, length);
+    if (offset >= this.start) return this.tail.subarray(offset - this.start, offset - this.start + length);
+    return await this.inner.read(offset, length, signal);
+  }
+}
+
+/** Remembers what was read through it, so the bytes the format reader fetched can be saved. */
+export class RecordingReader implements RangeReader {
+  private readonly spans: Array<{ offset: number; data: Buffer }> = [];
+
+  constructor(private readonly inner: RangeReader) {}
+
+  get size(): number {
+    return this.inner.size;
+  }
+
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    const data = await this.inner.read(offset, length, signal);
+    this.spans.push({ offset, data });
+    return data;
+  }
+
+  /** Bytes [from, size) if the recorded reads cover them, else undefined. */
+  tail(from: number): Buffer | undefined {
+    const end = this.size;
+    if (from >= end) return Buffer.alloc(0);
+    const out = Buffer.allocUnsafe(end - from);
+    // mark coverage by walking the spans sorted by offset
+    const sorted = [...this.spans].sort((a, b) => a.offset - b.offset);
+    let pos = from;
+    for (const s of sorted) {
+      const sEnd = s.offset + s.data.length;
+      if (sEnd <= pos) continue;
+      if (s.offset > pos) return undefined;
+      s.data.copy(out, pos - from, pos - s.offset, sEnd - s.offset);
+      pos = sEnd;
+      if (pos >= end) return out;
+    }
+    return pos >= end ? out : undefined;
+  }
+}
