@@ -13,7 +13,7 @@ PKGS=(
   stargz-snapshotter containerd   # ctr-remote, the Go eStargz converter (reference blobs)
   apache2-utils            # htpasswd (bcrypt) for registry basic-auth tests
   python3                  # sd_notify sender (Node has no unix datagram sockets)
-  zstd jq curl openssl ca-certificates strace procps iproute2 e2fsprogs
+  zstd jq curl openssl ca-certificates strace procps iproute2 e2fsprogs binutils   # binutils: readelf
 )
 
 missing=()
@@ -34,7 +34,7 @@ fi
 
 fail=0
 for bin in /usr/bin/docker-registry /usr/bin/podman /usr/sbin/runc /usr/bin/skopeo /usr/bin/fusermount \
-  /bin/busybox /usr/bin/ctr-remote /usr/bin/containerd /usr/bin/zstd /usr/bin/openssl /usr/bin/htpasswd; do
+  /bin/busybox /usr/bin/ctr-remote /usr/bin/containerd /usr/bin/zstd /usr/bin/openssl /usr/bin/htpasswd /usr/bin/readelf /usr/bin/strace /usr/sbin/tc /usr/bin/python3 /usr/sbin/debootstrap; do
   if [[ ! -x $bin ]]; then
     echo "install-deps: MISSING $bin" >&2
     fail=1

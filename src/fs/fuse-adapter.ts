@@ -6,7 +6,7 @@ import { StoreError } from '../util/errors.js';
 import { withDeadline } from './deadline.js';
 import { Errno, FsError, errnoFor } from './errno.js';
 import { buildMountOptions, unmountPath, type MountOptions } from './mount-util.js';
-import { S_IFDIR, type Attr, type FsOp, type OpenFile, type VirtualFs } from './vfs.js';
+import { ROOT_DIR_ATTR, type Attr, type FsOp, type OpenFile, type VirtualFs } from './vfs.js';
 
 /* fuse-native ships no types: describe the small surface we use. */
 type Cb = (...args: unknown[]) => void;
@@ -54,17 +54,6 @@ function toStat(a: Attr): Record<string, number> {
     ctime: Math.max(0, a.ctime ?? a.mtime) * 1000,
   };
 }
-
-const DOT_ATTR: Attr = {
-  mode: S_IFDIR | 0o755,
-  ino: 1,
-  uid: 0,
-  gid: 0,
-  size: 0,
-  nlink: 2,
-  rdev: 0,
-  mtime: 0,
-};
 
 export interface FuseMountOptions extends MountOptions {
   logger?: Logger;
@@ -151,7 +140,7 @@ export async function mountVirtualFs(
         ([entries, self]) => {
           // glibc's readdir skips d_ino == 0, so '.' and '..' need real numbers
           const names = ['.', '..'];
-          const stats = [toStat(self), toStat(DOT_ATTR)];
+          const stats = [toStat(self), toStat(ROOT_DIR_ATTR)];
           for (const e of entries) {
             names.push(e.name);
             stats.push(toStat(e.attr));

@@ -30,6 +30,18 @@ export interface Attr {
   ctime?: number;
 }
 
+/** Attributes of a synthetic root-owned 0755 directory (the mount root, `.` entries). */
+export const ROOT_DIR_ATTR: Readonly<Attr> = Object.freeze({
+  mode: S_IFDIR | 0o755,
+  ino: 1,
+  uid: 0,
+  gid: 0,
+  size: 0,
+  nlink: 2,
+  rdev: 0,
+  mtime: 0,
+});
+
 export interface DirEntry {
   name: string;
   /** Full attributes: the adapter passes them to readdir so d_type (e.g. DT_CHR whiteouts) is right. */

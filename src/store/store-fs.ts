@@ -1,6 +1,7 @@
 import { constants as fsc } from 'node:fs';
 import { FsError } from '../fs/errno.js';
 import {
+  ROOT_DIR_ATTR,
   S_IFDIR,
   S_IFREG,
   type Attr,
@@ -38,16 +39,6 @@ export interface RefCounter {
 }
 
 const O_ACCMODE = 3;
-const ROOT_ATTR: Attr = {
-  mode: S_IFDIR | 0o755,
-  ino: 1,
-  uid: 0,
-  gid: 0,
-  size: 0,
-  nlink: 2,
-  rdev: 0,
-  mtime: 0,
-};
 const notFound = (path: string, why = 'no such entry') => new StoreError('E_NOT_FOUND', why, { path });
 
 /**
@@ -119,7 +110,7 @@ export class StoreFs implements VirtualFs {
     const loc = parseAlsPath(path);
     switch (loc.kind) {
       case 'root':
-        return ROOT_ATTR;
+        return ROOT_DIR_ATTR;
       case 'ref':
         return this.syntheticDir(loc.ref);
       case 'layer':
