@@ -122,6 +122,19 @@ export class BlobRangeSource {
     return { ...this.counters };
   }
 
+  /** RangeReader / layer BlobSource shape: exactly [offset, offset+length). */
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    checkRange(this.size, offset, length);
+    if (length === 0) return Buffer.alloc(0);
+    const [b] = await this.fetchRanges([{ offset, length }], signal);
+    return b!;
+  }
+
+  /** Layer BlobSource shape: one buffer per range. */
+  readRanges(ranges: ByteRange[], signal?: AbortSignal): Promise<Buffer[]> {
+    return this.fetchRanges(ranges, signal);
+  }
+
   /**
    * Bytes of each range in `ranges` (any order, overlaps allowed), one buffer per range, exactly
    * its length. Throws a StoreError when no host delivers them (the last host's error).
@@ -195,7 +208,19 @@ export class BlobRangeSource {
       const before = covered(missing);
       const live = this.o.shared.streams.get(ep.origin, this.digest);
       if (live || profile.ignoresRange) {
-        const r = await this.viaStream(ep, live, missing, signal);
+        // a stream over: what it passed is in the sink's store, never worth a second stream
+        if (!live) {
+          const kept = await this.fromSink(missing);
+          out.push(...kept);
+          missing = subtract(missing, kept);
+          if (missing.length === 0) break;
+        }
+        const r = await this.viaStream(
+          ep,
+          this.o.shared.streams.get(ep.origin, this.digest),
+          missing,
+          signal,
+        );
         out.push(...r.spans);
         missing = r.behind;
         if (missing.length === 0) break;
