@@ -209,7 +209,7 @@ export class BlobRangeSource {
       const live = this.o.shared.streams.get(ep.origin, this.digest);
       if (live || profile.ignoresRange) {
         // a stream over: what it passed is in the sink's store, never worth a second stream
-        if (!live) {
+        if (!live && this.o.shared.sink?.readPassed) {
           const kept = await this.fromSink(missing);
           out.push(...kept);
           missing = subtract(missing, kept);

@@ -27,6 +27,8 @@ export interface RangeHostOptions {
   failStatus?: number;
   /** Bytes per write for whole-blob answers (so a stream passes in steps). */
   chunkBytes?: number;
+  /** Whole-blob answers stop after this many bytes until `release()`. */
+  holdAfterBytes?: number;
 }
 
 export interface SeenRequest {
@@ -42,7 +44,11 @@ export interface RangeHost {
   requests: SeenRequest[];
   /** Body bytes sent for blob GETs. */
   bodyBytes(): number;
+  /** Most blob GETs answered at the same time. */
+  maxConcurrentGets(): number;
   setFailStatus(status: number | undefined): void;
+  /** Let held whole-blob answers continue. */
+  release(): void;
   stop(): Promise<void>;
 }
 
@@ -59,8 +65,12 @@ function parseRanges(h: string | undefined, size: number): Array<[number, number
 export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
   const requests: SeenRequest[] = [];
   let sent = 0;
+  let active = 0;
+  let maxActive = 0;
   let failStatus = o.failStatus;
   const open = new Set<ServerResponse>();
+  let released = o.holdAfterBytes === undefined;
+  const held: Array<() => void> = [];
 
   const send = (res: ServerResponse, status: number, headers: Record<string, string>, body: Buffer) => {
     res.writeHead(status, { ...headers, 'content-length': String(body.length) });
@@ -69,6 +79,10 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
     const pump = () => {
       while (pos < body.length) {
         if (res.destroyed) return;
+        if (!released && status === 200 && pos >= o.holdAfterBytes!) {
+          held.push(pump);
+          return;
+        }
         const piece = body.subarray(pos, pos + step);
         pos += piece.length;
         // counted as written to the socket (a client hanging up stops the count)
@@ -103,6 +117,11 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
       return res.end('nope');
     }
     const base: Record<string, string> = { 'docker-content-digest': m[1]! };
+    if (req.method === 'GET') {
+      active++;
+      maxActive = Math.max(maxActive, active);
+      res.once('close', () => active--);
+    }
     if (req.method === 'HEAD') {
       res.writeHead(200, { ...base, 'content-length': String(data.length) });
       return res.end();
@@ -157,6 +176,11 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
     host: `127.0.0.1:${port}`,
     requests,
     bodyBytes: () => sent,
+    maxConcurrentGets: () => maxActive,
+    release: () => {
+      released = true;
+      for (const p of held.splice(0)) p();
+    },
     setFailStatus: (s) => {
       failStatus = s;
     },
