@@ -29,6 +29,8 @@ export interface RangeHostOptions {
   chunkBytes?: number;
   /** Whole-blob answers stop after this many bytes until `release()`. */
   holdAfterBytes?: number;
+  /** Require HTTP Basic with these credentials on every /v2/ request. */
+  basicAuth?: { user: string; pass: string };
 }
 
 export interface SeenRequest {
@@ -104,6 +106,16 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
     requests.push({ method: req.method ?? 'GET', path: u.pathname, query: u.search, headers: req.headers });
     const m = /^\/v2\/.+\/blobs\/(sha256:[0-9a-f]{64})$/.exec(u.pathname);
     const data = m ? o.blobs[m[1]!] : undefined;
+    if (o.basicAuth) {
+      const want = `Basic ${Buffer.from(`${o.basicAuth.user}:${o.basicAuth.pass}`).toString('base64')}`;
+      if (req.headers.authorization !== want) {
+        res.writeHead(401, {
+          'www-authenticate': 'Basic realm="range-host"',
+          'content-type': 'application/json',
+        });
+        return res.end('{"errors":[{"code":"UNAUTHORIZED"}]}');
+      }
+    }
     if (u.pathname === '/v2/' || u.pathname === '/v2') {
       res.writeHead(200, { 'content-type': 'application/json' });
       return res.end('{}');

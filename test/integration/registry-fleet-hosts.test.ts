@@ -1,4 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AuthFileProvider } from '../../src/registry/auth-files.js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BlobRangeSource, RangeFetchShared } from '../../src/registry/blob-range-source.js';
 import { MemoryCredentialProvider, CredentialChain } from '../../src/registry/credentials.js';
@@ -239,6 +243,63 @@ describe('mirrors', () => {
       expect(q.headers['x-dragonfly-registry']).toBe(`http://${origin.host}`);
       expect(q.query).toBe(`?ns=${encodeURIComponent(origin.host)}`);
       expect(q.headers.authorization).toBeUndefined();
+    }
+  });
+
+  it("credentials go only where they belong: the origin's to the origin, the mirror's own to the mirror", async () => {
+    const mirror = await startRangeHost({
+      blobs: { [digest]: blob },
+      behaviour: 'multi',
+      basicAuth: { user: 'mirror-user', pass: 'mirror-pass' },
+    });
+    servers.push(mirror);
+    const origin = await startRangeHost({
+      blobs: { [digest]: blob },
+      behaviour: 'multi',
+      basicAuth: { user: 'origin-user', pass: 'origin-pass' },
+    });
+    servers.push(origin);
+    const dir = await mkdtemp(join(tmpdir(), 'fleet-auth-'));
+    try {
+      const b64 = (u: string, p: string) => Buffer.from(`${u}:${p}`).toString('base64');
+      const authFile = join(dir, 'auth.json');
+      await writeFile(
+        authFile,
+        JSON.stringify({
+          auths: {
+            [origin.host]: { auth: b64('origin-user', 'origin-pass') },
+            [mirror.host]: { auth: b64('mirror-user', 'mirror-pass') },
+          },
+        }),
+      );
+      const helper = new MemoryCredentialProvider();
+      helper.addCredentials({
+        [`${origin.host}/lab/app:1`]: { username: 'origin-user', password: 'origin-pass' },
+      });
+      const t = new Transport({
+        retry: retryPolicy({ maxRetries: 1, minWaitMs: 1 }),
+        requestTimeoutMs: 10_000,
+        credentials: new CredentialChain([helper, new AuthFileProvider({ paths: [authFile], env: {} })]),
+      });
+      transports.push(t);
+      const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host }] } };
+      const src = source(hosts, `${origin.host}/lab/app:1`, new RangeFetchShared(), t);
+      const reads = scatter(10, 4);
+      expectBytes(await src.fetchRanges(reads), reads);
+      // the mirror served, with its own credentials; nothing of the origin's reached it
+      const originSecret = b64('origin-user', 'origin-pass');
+      const mirrorAuth = mirror.requests.map((q) => q.headers.authorization ?? '');
+      expect(mirrorAuth).toContain(`Basic ${b64('mirror-user', 'mirror-pass')}`);
+      expect(mirrorAuth.some((a) => a.includes(originSecret))).toBe(false);
+      expect(origin.requests.length).toBe(0);
+      // the mirror down: the origin gets its own credentials
+      mirror.setFailStatus(503);
+      const src2 = source(hosts, `${origin.host}/lab/app:1`, new RangeFetchShared(), t);
+      expectBytes(await src2.fetchRanges(reads), reads);
+      expect(origin.requests.map((q) => q.headers.authorization)).toContain(`Basic ${originSecret}`);
+      expect(mirror.requests.some((q) => (q.headers.authorization ?? '').includes(originSecret))).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 
