@@ -9,7 +9,13 @@ import { RegistryClient, parseReference } from '../../src/registry/index.js';
 import { retryPolicy } from '../../src/registry/retry.js';
 import { Transport } from '../../src/registry/transport.js';
 import type { PassingBytesSink } from '../../src/registry/whole-blob-stream.js';
-import { buildAndPushImage, encodeLayer, makeTar, type TarFile } from '../helpers/oci-image.js';
+import {
+  buildAndPushImage,
+  encodeLayer,
+  makeTar,
+  type EncodedLayer,
+  type TarFile,
+} from '../helpers/oci-image.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 
 /**
@@ -62,16 +68,22 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
     await origin?.stop();
   });
 
+  const pushed = new Map<string, EncodedLayer[]>();
+
   async function lazyRead(repo: string, hosts: HostsConfig, label: string) {
-    const layers = await Promise.all(layerFiles.map(async (f) => encodeLayer(await makeTar(f), 'estargz')));
-    await buildAndPushImage({ registry: origin.host, repo, tag: '1', layers });
+    let layers = pushed.get(repo);
+    if (!layers) {
+      layers = await Promise.all(layerFiles.map(async (f) => encodeLayer(await makeTar(f), 'estargz')));
+      await buildAndPushImage({ registry: origin.host, repo, tag: '1', layers });
+      pushed.set(repo, layers);
+    }
     const ref = parseReference(`${origin.host}/${repo}:1`);
     const client = new RegistryClient({ hosts, retry: { maxRetries: 1, minWaitMs: 5 } });
     const transport = new Transport({
       retry: retryPolicy({ maxRetries: 2, minWaitMs: 5 }),
       requestTimeoutMs: 30_000,
     });
-    const sizes = new Map(layers.map((l) => [l.descriptor.digest, l.blob.length]));
+    const sizes = new Map(layers!.map((l) => [l.descriptor.digest, l.blob.length]));
     const shared = new RangeFetchShared({ sink: new MemoryStore(sizes) });
     const started = process.hrtime.bigint();
     try {
@@ -86,7 +98,7 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
           size: d.size,
           fetchTimeoutMs: 60_000,
         });
-        const index = await openLayer(src, { expectedTocDigest: layers[i]!.tocDigest });
+        const index = await openLayer(src, { expectedTocDigest: layers![i]!.tocDigest });
         // what a container start reads: a few files, parts of others
         for (const f of layerFiles[i]!.filter((_, k) => k % 5 === 0)) {
           const node = lookupPath(index, f.path)!;
@@ -96,7 +108,7 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
         }
       }
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
-      const layerBytes = layers.reduce((n, l) => n + l.blob.length, 0);
+      const layerBytes = layers!.reduce((n, l) => n + l.blob.length, 0);
       return { traffic: shared.traffic(), layerBytes, ms, label, shared };
     } finally {
       await client.close();
@@ -131,5 +143,36 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
     const blobLines = proxy.log.filter((l) => l.includes('/v2/fleet/mirrored/blobs/'));
     expect(blobLines.length).toBeGreaterThan(0);
     expect(blobLines.every((l) => l.includes(`ns=${encodeURIComponent(origin.host)}`))).toBe(true);
+
+    // warm mirror (a node starting the same image later: new process, the proxy has the blobs)
+    const warm = await lazyRead('fleet/mirrored', hosts, 'warm');
+    const warmBytes = warm.traffic[proxy.url]?.bytes ?? 0;
+    console.log(
+      JSON.stringify({
+        warm: { ms: Math.round(warm.ms), mirrorBytes: warmBytes, profiles: warm.shared.rangeProfiles() },
+      }),
+    );
+    expect(warmBytes).toBeLessThanOrEqual(1.2 * warm.layerBytes);
+    expect(warm.traffic[origin.url]?.bytes ?? 0).toBe(0);
+  });
+
+  it('ranged_reads = "next-host": the mirror serves manifests and config, range reads go to the origin', async () => {
+    const hosts: HostsConfig = {
+      [origin.host]: { mirrors: [{ host: proxy.host, rangedReads: 'next-host' }] },
+    };
+    const before = proxy.log.length;
+    const r = await lazyRead('fleet/nexthost', hosts, 'next-host');
+    const originBytes = r.traffic[origin.url]?.bytes ?? 0;
+    console.log(
+      JSON.stringify({ nextHost: { ms: Math.round(r.ms), originBytes, layerBytes: r.layerBytes } }),
+    );
+    expect(r.traffic[proxy.url]).toBeUndefined();
+    expect(originBytes).toBeGreaterThan(0);
+    expect(originBytes).toBeLessThan(r.layerBytes);
+    const lines = proxy.log.slice(before);
+    expect(lines.some((l) => l.includes('/v2/fleet/nexthost/manifests/'))).toBe(true);
+    expect(
+      lines.some((l) => /\/v2\/fleet\/nexthost\/blobs\/\S+ HTTP\/1\.1" 20[06]/.test(l) && l.includes('GET')),
+    ).toBe(true); // the config blob (RegistryClient) comes from the mirror
   });
 });
