@@ -17,6 +17,11 @@ export interface RangeFetchSharedOptions extends HostHealthOptions {
   sink?: PassingBytesSink;
   /** A whole-blob stream with no byte for this long fails (default 60 s). */
   streamIdleTimeoutMs?: number;
+  /**
+   * `ranged_reads = "split"` mirrors: a read starting more than this many bytes ahead of the
+   * whole-blob stream goes to the next host instead of waiting (default 4 MiB).
+   */
+  splitAheadBytes?: number;
   logger?: Logger;
 }
 
@@ -30,12 +35,14 @@ export class RangeFetchShared {
   readonly streams: WholeBlobStreams;
   readonly logger: Logger;
   readonly sink: PassingBytesSink | undefined;
+  readonly splitAheadBytes: number;
   private readonly bytes = new Map<string, number>();
   private readonly requests = new Map<string, number>();
 
   constructor(o: RangeFetchSharedOptions = {}) {
     this.logger = o.logger ?? silentLogger;
     this.sink = o.sink;
+    this.splitAheadBytes = o.splitAheadBytes ?? 4 << 20;
     this.profiles = new HostRangeProfiles(o.maxRangesPerRequest ?? 64, (host, what, snap) =>
       this.logger.info({ host, why: what, ...snap }, 'learned how this host answers Range requests'),
     );
@@ -146,6 +153,9 @@ export class BlobRangeSource {
     const got: Span[] = [];
     const eps = this.candidates();
     let lastErr: unknown;
+    // hosts that delivered part and can deliver the rest if the hosts after them fail (a
+    // whole-blob stream that passed those bytes, or was too far from them to wait)
+    const fallbacks: Endpoint[] = [];
     for (let i = 0; i < eps.length && missing.length > 0; i++) {
       const ep = eps[i]!;
       const isLast = i === eps.length - 1;
@@ -154,6 +164,7 @@ export class BlobRangeSource {
         got.push(...spans);
         missing = subtract(missing, spans);
         this.o.shared.health.succeeded(ep.origin);
+        if (missing.length > 0) fallbacks.push(ep);
       } catch (err) {
         if (signal?.aborted) throw abortedError(signal, this.ctx);
         if (isStoreError(err, 'E_ABORTED')) throw err;
@@ -161,11 +172,22 @@ export class BlobRangeSource {
         const code = isStoreError(err) ? err.code : 'E_IO';
         if (code === 'E_REGISTRY_NOT_FOUND') this.o.shared.health.blobMissing(ep.origin, this.digest);
         else this.o.shared.health.hostFailed(ep.origin);
-        if (isLast) throw err;
+        if (isLast && fallbacks.length === 0) throw err;
         this.logger.warn(
           { host: ep.host, digest: this.digest, code, status: isStoreError(err) ? err.context.status : '' },
-          'blob host failed; trying the next host',
+          isLast ? 'blob host failed; waiting on an earlier host' : 'blob host failed; trying the next host',
         );
+      }
+    }
+    for (const ep of fallbacks) {
+      if (missing.length === 0) break;
+      try {
+        const spans = await this.fromHost(ep, missing, signal, true);
+        got.push(...spans);
+        missing = subtract(missing, spans);
+      } catch (err) {
+        if (signal?.aborted) throw abortedError(signal, this.ctx);
+        lastErr = err;
       }
     }
     if (missing.length > 0) {
@@ -220,6 +242,7 @@ export class BlobRangeSource {
           this.o.shared.streams.get(ep.origin, this.digest),
           missing,
           signal,
+          isLast,
         );
         out.push(...r.spans);
         missing = r.behind;
@@ -357,7 +380,7 @@ export class BlobRangeSource {
           return [];
         }
         const stream = this.o.shared.streams.create(ep.origin, this.digest, this.size);
-        const waits = this.wantAll(stream, g, signal).waits;
+        const waits = this.wantAll(stream, g, signal, ep, isLast).waits;
         this.feed(ep, stream, res);
         answered?.();
         return Promise.all(waits);
@@ -365,14 +388,26 @@ export class BlobRangeSource {
     }
   }
 
+  /**
+   * Join `stream` for each range it can still deliver. Left out (`behind`): ranges it passed, and
+   * for a `split` mirror with a host behind it, ranges too far ahead to wait for.
+   */
   private wantAll(
     stream: WholeBlobStream,
     ranges: readonly ByteRange[],
     signal: AbortSignal | undefined,
+    ep: Endpoint,
+    isLast: boolean,
   ): { waits: Array<Promise<Span>>; behind: ByteRange[] } {
     const waits: Array<Promise<Span>> = [];
     const behind: ByteRange[] = [];
+    const limit =
+      ep.rangedReads === 'split' && !isLast ? stream.position + this.o.shared.splitAheadBytes : Infinity;
     for (const r of ranges) {
+      if (r.offset >= limit) {
+        behind.push(r);
+        continue;
+      }
       const p = stream.want(r.offset, r.length, signal);
       if (p) waits.push(p.then((data) => ({ offset: r.offset, data })));
       else behind.push(r);
@@ -389,9 +424,10 @@ export class BlobRangeSource {
     live: WholeBlobStream | undefined,
     ranges: ByteRange[],
     signal: AbortSignal | undefined,
+    isLast: boolean,
   ): Promise<{ spans: Span[]; behind: ByteRange[]; stream: WholeBlobStream }> {
     const stream = live ?? this.o.shared.streams.create(ep.origin, this.digest, this.size);
-    const { waits, behind } = this.wantAll(stream, ranges, signal);
+    const { waits, behind } = this.wantAll(stream, ranges, signal, ep, isLast);
     if (!live) this.openStream(ep, stream);
     return { spans: await Promise.all(waits), behind, stream };
   }

@@ -30,15 +30,17 @@ export interface MirrorConfig extends EndpointOptions {
   pullFromMirror?: 'all' | 'digest-only' | 'tag-only';
   /**
    * Where blob range reads go: `mirror` (default; a mirror that ignores Range streams each blob
-   * once) or `next-host` (range reads skip this mirror and go to the next host, usually the
-   * origin, while the mirror still serves manifests and configs).
+   * once and every read waits for its bytes), `split` (the same stream, but reads far ahead of it
+   * go to the next host meanwhile, so a cold cache costs no start-up time) or `next-host` (range
+   * reads skip this mirror and go to the next host, usually the origin, while the mirror still
+   * serves manifests and configs).
    */
   rangedReads?: RangedReads;
   /** Send `?ns=<registry>` (containerd's convention, Dragonfly's upstream selector). Default true. */
   nsQuery?: boolean;
 }
 
-export type RangedReads = 'mirror' | 'next-host';
+export type RangedReads = 'mirror' | 'split' | 'next-host';
 
 export interface RegistryHostConfig extends EndpointOptions {
   /** Tried in order before the registry itself. */
@@ -68,7 +70,7 @@ export interface Endpoint {
   options: EndpointOptions;
   /** `scheme://host` */
   origin: string;
-  /** Mirrors only: `next-host` = blob range reads skip this endpoint (see MirrorConfig). */
+  /** Mirrors only: `split` / `next-host` (see MirrorConfig.rangedReads). */
   rangedReads?: RangedReads;
 }
 
@@ -206,7 +208,7 @@ export function resolveEndpoints(
     const ns = m.nsQuery === false || mhost === apiHost(ref.registry) ? undefined : ref.registry;
     for (const s of schemesFor(mh, m)) {
       const ep = makeEndpoint(m.host, suffix, m, false, ns, s.scheme, s.skipVerify);
-      if (m.rangedReads === 'next-host') ep.rangedReads = 'next-host';
+      if (m.rangedReads !== undefined && m.rangedReads !== 'mirror') ep.rangedReads = m.rangedReads;
       out.push(ep);
     }
   }

@@ -222,6 +222,38 @@ describe('mirrors', () => {
     expect(origin.bodyBytes()).toBeLessThanOrEqual(1.2 * reads.reduce((n, r) => n + r.length, 0) + 64 * 1024);
   });
 
+  it('split: reads far ahead of the mirror stream go to the origin; with the origin down they wait on the stream', async () => {
+    const mirror = await startRangeHost({
+      blobs: { [digest]: blob },
+      behaviour: 'ignore-range',
+      chunkBytes: 16 * 1024,
+      holdAfterBytes: 64 * 1024,
+    });
+    servers.push(mirror);
+    const origin = await host('multi');
+    const mem = memorySink();
+    const shared = new RangeFetchShared({ sink: mem.sink, splitAheadBytes: 256 * 1024 });
+    const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host, rangedReads: 'split' }] } };
+    const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
+    // the footer: far ahead of the (held) stream, served by the origin at once
+    const tail = { offset: SIZE - 100, length: 100 };
+    expectBytes(await src.fetchRanges([tail]), [tail]);
+    expect(origin.bodyBytes()).toBe(100);
+    // a read near the stream waits for it
+    const near = { offset: 70 * 1024, length: 1000 };
+    const nearRead = src.fetchRanges([near]);
+    // the origin goes down: a far read falls back to waiting on the mirror's stream
+    origin.setFailStatus(503);
+    const far = { offset: SIZE - 50_000, length: 1000 };
+    const farRead = src.fetchRanges([far]);
+    mirror.release();
+    expectBytes(await nearRead, [near]);
+    expectBytes(await farRead, [far]);
+    expect(mirror.bodyBytes()).toBeLessThanOrEqual(1.2 * SIZE);
+    expect(shared.streams.started.get(`${mirror.url}|${digest}`)).toBe(1);
+    expect(mirror.maxConcurrentGets()).toBe(1);
+  });
+
   it('mirror first: its header and ?ns= arrive; no origin credential reaches it', async () => {
     const mirror = await host('first-range-only');
     const origin = await host('multi');

@@ -57,7 +57,9 @@ function files(prefix: string, n: number, size: number): TarFile[] {
 describe('lazy reads through a docker-registry pull-through cache', () => {
   let origin: TestRegistry;
   let proxy: TestRegistry;
-  const layerFiles = [files('app', 40, 64 * 1024), files('models', 12, 512 * 1024)];
+  // FLEET_SCALE=n multiplies the layer sizes (README figures); the test itself runs at 1
+  const scale = Math.max(1, Number(process.env.FLEET_SCALE ?? 1));
+  const layerFiles = [files('app', 40, 64 * 1024), files('models', 12 * scale, 512 * 1024)];
 
   beforeAll(async () => {
     origin = await startRegistry();
