@@ -19,7 +19,7 @@ export interface RangeFetchSharedOptions extends HostHealthOptions {
   streamIdleTimeoutMs?: number;
   /**
    * `ranged_reads = "split"` mirrors: a read starting more than this many bytes ahead of the
-   * whole-blob stream goes to the next host instead of waiting (default 4 MiB).
+   * whole-blob stream goes to the next host instead of waiting (default 1 MiB).
    */
   splitAheadBytes?: number;
   logger?: Logger;
@@ -42,7 +42,7 @@ export class RangeFetchShared {
   constructor(o: RangeFetchSharedOptions = {}) {
     this.logger = o.logger ?? silentLogger;
     this.sink = o.sink;
-    this.splitAheadBytes = o.splitAheadBytes ?? 4 << 20;
+    this.splitAheadBytes = o.splitAheadBytes ?? 1 << 20;
     this.profiles = new HostRangeProfiles(o.maxRangesPerRequest ?? 64, (host, what, snap) =>
       this.logger.info({ host, why: what, ...snap }, 'learned how this host answers Range requests'),
     );

@@ -158,6 +158,20 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
     expect(warm.traffic[origin.url]?.bytes ?? 0).toBe(0);
   });
 
+  it('ranged_reads = "split": cold mirror streams each layer once, the reads it has not reached yet go to the origin', async () => {
+    const hosts: HostsConfig = {
+      [origin.host]: { mirrors: [{ host: proxy.host, rangedReads: 'split' }] },
+    };
+    const r = await lazyRead('fleet/split', hosts, 'split');
+    const mirrorBytes = r.traffic[proxy.url]?.bytes ?? 0;
+    const originBytes = r.traffic[origin.url]?.bytes ?? 0;
+    console.log(
+      JSON.stringify({ split: { ms: Math.round(r.ms), mirrorBytes, originBytes, layerBytes: r.layerBytes } }),
+    );
+    expect(mirrorBytes).toBeLessThanOrEqual(1.2 * r.layerBytes);
+    expect(originBytes).toBeLessThan(r.layerBytes);
+  });
+
   it('ranged_reads = "next-host": the mirror serves manifests and config, range reads go to the origin', async () => {
     const hosts: HostsConfig = {
       [origin.host]: { mirrors: [{ host: proxy.host, rangedReads: 'next-host' }] },
