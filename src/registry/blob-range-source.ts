@@ -254,7 +254,7 @@ export class BlobRangeSource {
         if (missing.length === 0) break;
         // bytes that passed the stream already: another host, else the next stream
         if (!isLast) return out;
-        await r.stream.ended;
+        if (r.stream) await r.stream.ended;
         continue;
       }
       if (!profile.snapshot().learned && profile.probe) {
@@ -379,6 +379,14 @@ export class BlobRangeSource {
           res.body.destroy();
           return [];
         }
+        const splitFar =
+          ep.rangedReads === 'split' && !isLast && g.every((r) => r.offset >= this.o.shared.splitAheadBytes);
+        if (splitFar && !this.o.shared.sink) {
+          // nobody would wait on this stream and nothing keeps its bytes: hang up now
+          res.body.destroy();
+          answered?.();
+          return [];
+        }
         const stream = this.o.shared.streams.create(ep.origin, this.digest, this.size);
         const waits = this.wantAll(stream, g, signal, ep, isLast).waits;
         this.feed(ep, stream, res);
@@ -425,7 +433,14 @@ export class BlobRangeSource {
     ranges: ByteRange[],
     signal: AbortSignal | undefined,
     isLast: boolean,
-  ): Promise<{ spans: Span[]; behind: ByteRange[]; stream: WholeBlobStream }> {
+  ): Promise<{ spans: Span[]; behind: ByteRange[]; stream: WholeBlobStream | undefined }> {
+    if (!live && !this.o.shared.sink && ep.rangedReads === 'split' && !isLast) {
+      // nothing would wait on a new stream and nothing keeps its bytes: do not start one
+      const limit = this.o.shared.splitAheadBytes;
+      if (ranges.every((r) => r.offset >= limit)) {
+        return { spans: [], behind: ranges, stream: undefined };
+      }
+    }
     const stream = live ?? this.o.shared.streams.create(ep.origin, this.digest, this.size);
     const { waits, behind } = this.wantAll(stream, ranges, signal, ep, isLast);
     if (!live) this.openStream(ep, stream);

@@ -254,6 +254,23 @@ describe('mirrors', () => {
     expect(mirror.maxConcurrentGets()).toBe(1);
   });
 
+  it('split without a sink: far reads go to the origin and start no stream that nobody would use', async () => {
+    const mirror = await host('ignore-range');
+    const origin = await host('multi');
+    const shared = new RangeFetchShared({ splitAheadBytes: 256 * 1024 });
+    const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host, rangedReads: 'split' }] } };
+    const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
+    for (let i = 1; i <= 5; i++) {
+      const r = { offset: SIZE - i * 100_000, length: 5000 };
+      expectBytes(await src.fetchRanges([r]), [r]);
+    }
+    // one GET taught us the mirror ignores Range (its answer hung up); none after that
+    expect(mirror.requests.filter((q) => q.method === 'GET').length).toBe(1);
+    // what this process took from the mirror (the kernel may have buffered more before the hang-up)
+    expect(shared.traffic()[mirror.url]?.bytes ?? 0).toBe(0);
+    expect(shared.streams.started.get(`${mirror.url}|${digest}`)).toBeUndefined();
+  });
+
   it('mirror first: its header and ?ns= arrive; no origin credential reaches it', async () => {
     const mirror = await host('first-range-only');
     const origin = await host('multi');
