@@ -96,11 +96,11 @@ export function defaultCredentialProviders(
 }
 // Fleets (mirrors, pull-through caches, Dragonfly): the network side of a blob reader.
 export {
-  BlobRangeSource,
+  BlobFetcher,
   RangeFetchShared,
-  type BlobRangeSourceOptions,
-  type BlobRangeSourceStats,
+  type BlobFetcherOptions,
+  type BlobFetcherStats,
   type RangeFetchSharedOptions,
-} from './blob-range-source.js';
+} from './blob-fetcher.js';
 export type { PassingBytesSink } from './whole-blob-stream.js';
 export type { RangeMode, RangeProfileSnapshot } from './host-range-profile.js';

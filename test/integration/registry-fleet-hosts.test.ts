@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AuthFileProvider } from '../../src/registry/auth-files.js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { BlobRangeSource, RangeFetchShared } from '../../src/registry/blob-range-source.js';
+import { BlobFetcher, RangeFetchShared } from '../../src/registry/blob-fetcher.js';
 import { MemoryCredentialProvider, CredentialChain } from '../../src/registry/credentials.js';
 import { resolveEndpoints, type HostsConfig } from '../../src/registry/hosts.js';
 import { parseReference } from '../../src/registry/reference.js';
@@ -71,9 +71,9 @@ function expectBytes(got: Buffer[], ranges: readonly ByteRange[]): void {
   });
 }
 
-function source(hosts: HostsConfig, ref: string, shared: RangeFetchShared, t: Transport): BlobRangeSource {
+function source(hosts: HostsConfig, ref: string, shared: RangeFetchShared, t: Transport): BlobFetcher {
   const r = parseReference(ref);
-  return new BlobRangeSource({
+  return new BlobFetcher({
     transport: t,
     shared,
     endpoints: resolveEndpoints(r, hosts),

@@ -26,7 +26,7 @@ export interface RangeFetchSharedOptions extends HostHealthOptions {
 }
 
 /**
- * Per-process state behind every BlobRangeSource of one registry client: what each host does
+ * Per-process state behind every BlobFetcher of one registry client: what each host does
  * with Range, which hosts are cooling down, the live whole-blob streams, and bytes per host.
  */
 export class RangeFetchShared {
@@ -73,7 +73,7 @@ export class RangeFetchShared {
   }
 }
 
-export interface BlobRangeSourceOptions {
+export interface BlobFetcherOptions {
   transport: Transport;
   shared: RangeFetchShared;
   /** Mirrors first, then the registry (resolveEndpoints order). */
@@ -90,7 +90,7 @@ export interface BlobRangeSourceOptions {
   concurrency?: number;
 }
 
-export interface BlobRangeSourceStats {
+export interface BlobFetcherStats {
   /** Range requests answered for this blob. */
   requests: number;
   /** Body bytes received for this blob, whole-blob streams this source started included. */
@@ -110,14 +110,14 @@ const MAX_IDLE_ROUNDS = 8;
  * This is the network side of a blob reader: it has no cache of its own. The blob reader asks it
  * for the ranges it does not hold, and gets exactly those bytes back (or a StoreError).
  */
-export class BlobRangeSource {
+export class BlobFetcher {
   readonly digest: string;
   readonly size: number;
   private readonly logger: Logger;
   private readonly ctx: ErrorContext;
-  private readonly counters: BlobRangeSourceStats = { requests: 0, bytes: 0 };
+  private readonly counters: BlobFetcherStats = { requests: 0, bytes: 0 };
 
-  constructor(private readonly o: BlobRangeSourceOptions) {
+  constructor(private readonly o: BlobFetcherOptions) {
     this.digest = o.digest;
     this.size = o.size;
     this.logger = o.shared.logger;
@@ -125,7 +125,7 @@ export class BlobRangeSource {
     if (o.endpoints.length === 0) throw new StoreError('E_CONFIG', 'no registry endpoint', this.ctx);
   }
 
-  stats(): BlobRangeSourceStats {
+  stats(): BlobFetcherStats {
     return { ...this.counters };
   }
 
@@ -137,16 +137,27 @@ export class BlobRangeSource {
     return b!;
   }
 
-  /** Layer BlobSource shape: one buffer per range. */
-  readRanges(ranges: ByteRange[], signal?: AbortSignal): Promise<Buffer[]> {
-    return this.fetchRanges(ranges, signal);
+  /**
+   * The blob-read contract (`readRanges(ranges, { signal, bypassCache })`): one buffer per range.
+   * `bypassCache`: never answer from the sink's store (bytes come from a host).
+   */
+  readRanges(
+    ranges: readonly ByteRange[],
+    opts: { signal?: AbortSignal | undefined; bypassCache?: boolean | undefined } = {},
+  ): Promise<Buffer[]> {
+    return this.fetchRanges(ranges, opts.signal, { bypassCache: opts.bypassCache === true });
   }
 
   /**
    * Bytes of each range in `ranges` (any order, overlaps allowed), one buffer per range, exactly
    * its length. Throws a StoreError when no host delivers them (the last host's error).
    */
-  async fetchRanges(ranges: readonly ByteRange[], signal?: AbortSignal): Promise<Buffer[]> {
+  async fetchRanges(
+    ranges: readonly ByteRange[],
+    signal?: AbortSignal,
+    opts: { bypassCache?: boolean } = {},
+  ): Promise<Buffer[]> {
+    const useSink = opts.bypassCache !== true;
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
     if (signal?.aborted) throw abortedError(signal, this.ctx);
     let missing = coalesce(ranges);
@@ -160,7 +171,7 @@ export class BlobRangeSource {
       const ep = eps[i]!;
       const isLast = i === eps.length - 1;
       try {
-        const spans = await this.fromHost(ep, missing, signal, isLast);
+        const spans = await this.fromHost(ep, missing, signal, isLast, useSink);
         got.push(...spans);
         missing = subtract(missing, spans);
         this.o.shared.health.succeeded(ep.origin);
@@ -182,7 +193,7 @@ export class BlobRangeSource {
     for (const ep of fallbacks) {
       if (missing.length === 0) break;
       try {
-        const spans = await this.fromHost(ep, missing, signal, true);
+        const spans = await this.fromHost(ep, missing, signal, true, useSink);
         got.push(...spans);
         missing = subtract(missing, spans);
       } catch (err) {
@@ -220,6 +231,7 @@ export class BlobRangeSource {
     ranges: ByteRange[],
     signal: AbortSignal | undefined,
     isLast: boolean,
+    useSink: boolean,
   ): Promise<Span[]> {
     const profile = this.o.shared.profiles.get(ep.origin);
     const out: Span[] = [];
@@ -231,7 +243,7 @@ export class BlobRangeSource {
       const live = this.o.shared.streams.get(ep.origin, this.digest);
       if (live || profile.ignoresRange) {
         // a stream over: what it passed is in the sink's store, never worth a second stream
-        if (!live && this.o.shared.sink?.readPassed) {
+        if (!live && useSink && this.o.shared.sink?.readPassed) {
           const kept = await this.fromSink(missing);
           out.push(...kept);
           missing = subtract(missing, kept);
@@ -248,7 +260,7 @@ export class BlobRangeSource {
         missing = r.behind;
         if (missing.length === 0) break;
         // bytes the stream passed went to the sink: its store may hand them back
-        const kept = await this.fromSink(missing);
+        const kept = useSink ? await this.fromSink(missing) : [];
         out.push(...kept);
         missing = subtract(missing, kept);
         if (missing.length === 0) break;
