@@ -169,6 +169,20 @@ describe('each row of the fleet table, as the only host', () => {
     expect(shared.rangeProfiles()[s.url]!.mode).toBe('ignores-range');
   });
 
+  it('bypassCache (the DiffID re-check) never answers from the sink: the bytes come from the host again', async () => {
+    const s = await host('ignore-range');
+    const mem = memorySink();
+    const shared = new RangeFetchShared({ sink: mem.sink });
+    const src = source({ [s.host]: {} }, `${s.host}/lab/app:1`, shared, transport());
+    const r = { offset: 5000, length: 100 };
+    expectBytes(await src.fetchRanges([r]), [r]);
+    await shared.streams.get(s.url, digest)?.ended;
+    expectBytes(await src.readRanges([r]), [r]);
+    expect(s.requests.filter((q) => q.method === 'GET').length).toBe(1);
+    expectBytes(await src.readRanges([r], { bypassCache: true }), [r]);
+    expect(s.requests.filter((q) => q.method === 'GET').length).toBe(2);
+  });
+
   it('ignores Range, no sink: reads behind the stream wait for its end, never a parallel second stream', async () => {
     const s = await startRangeHost({
       blobs: { [digest]: blob },
