@@ -29,6 +29,8 @@ export interface RangeHostOptions {
   chunkBytes?: number;
   /** Whole-blob answers stop after this many bytes until `release()`. */
   holdAfterBytes?: number;
+  /** Blob GETs never get an answer (a mirror that stalls). */
+  hang?: boolean;
   /** Require HTTP Basic with these credentials on every /v2/ request. */
   basicAuth?: { user: string; pass: string };
 }
@@ -124,6 +126,7 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
       res.writeHead(404, { 'content-type': 'application/json' });
       return res.end('{"errors":[{"code":"BLOB_UNKNOWN"}]}');
     }
+    if (o.hang && req.method === 'GET') return; // closed by stop()
     if (failStatus !== undefined) {
       res.writeHead(failStatus, { 'content-type': 'text/plain' });
       return res.end('nope');

@@ -392,6 +392,23 @@ describe('mirrors', () => {
     expect(origin.requests.length).toBe(originBefore);
   });
 
+  it('a mirror that times out is skipped to the origin and cooled down', async () => {
+    const mirror = await startRangeHost({ blobs: { [digest]: blob }, behaviour: 'multi', hang: true });
+    servers.push(mirror);
+    const origin = await host('multi');
+    const shared = new RangeFetchShared();
+    // the per-attempt timeout of this mirror (config.toml request_timeout_sec) is what fires
+    const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host, requestTimeoutMs: 300 }] } };
+    const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
+    const r = [{ offset: 1, length: 10 }];
+    expectBytes(await src.fetchRanges(r), r);
+    const tries = mirror.requests.filter((q) => q.method === 'GET').length;
+    expect(tries).toBeGreaterThan(0);
+    expect(tries).toBeLessThanOrEqual(2); // one retry at most before failing over
+    expectBytes(await src.fetchRanges(r), r);
+    expect(mirror.requests.filter((q) => q.method === 'GET').length).toBe(tries);
+  });
+
   it('a mirror without the blob (404) is skipped for that blob; the origin serves it', async () => {
     const mirror = await startRangeHost({ blobs: {}, behaviour: 'multi' });
     servers.push(mirror);
