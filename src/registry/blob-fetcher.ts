@@ -88,6 +88,11 @@ export interface BlobFetcherOptions {
   forceSingleRange?: boolean;
   /** Parallel requests per fetch when ranges need several (default 4). */
   concurrency?: number;
+  /**
+   * Hosts that take one range per request: ranges at most this many bytes apart share one
+   * request (default 0: exact ranges; the gap bytes are fetched and dropped).
+   */
+  singleRangeGap?: number;
 }
 
 export interface BlobFetcherStats {
@@ -274,7 +279,10 @@ export class BlobFetcher {
         await raceSignal(profile.probe, signal, this.ctx);
         continue;
       }
-      const groups = this.o.forceSingleRange ? missing.map((r) => [r]) : profile.plan(missing);
+      const singles = this.o.forceSingleRange || profile.snapshot().maxRanges <= 1;
+      const groups = singles
+        ? coalesce(missing, this.o.singleRangeGap ?? 0).map((r) => [r])
+        : profile.plan(missing);
       // A host we know nothing about yet gets one request first: its answer decides the rest.
       const first = profile.snapshot().learned ? [] : groups.splice(0, 1);
       const spans: Span[] = [];

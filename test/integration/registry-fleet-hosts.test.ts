@@ -146,6 +146,28 @@ describe('each row of the fleet table, as the only host', () => {
     });
   }
 
+  it('single-range hosts: ranges within singleRangeGap share one request', async () => {
+    const s = await host('first-range-only');
+    const shared = new RangeFetchShared();
+    const r = parseReference(`${s.host}/lab/app:1`);
+    const src = new BlobFetcher({
+      transport: transport(),
+      shared,
+      endpoints: resolveEndpoints(r, {}),
+      ref: r.toString(),
+      digest,
+      size: SIZE,
+      fetchTimeoutMs: 30_000,
+      singleRangeGap: 4096,
+    });
+    const ranges = Array.from({ length: 10 }, (_, i) => ({ offset: 100_000 + i * 3000, length: 1000 }));
+    expectBytes(await src.fetchRanges(ranges), ranges); // learns first-range-only on the way
+    const before = s.requests.length;
+    const again = ranges.map((x) => ({ offset: x.offset + 500_000, length: x.length }));
+    expectBytes(await src.fetchRanges(again), again);
+    expect(s.requests.length - before).toBe(1);
+  });
+
   it('ignores Range (Distribution proxy cold miss): one stream serves every read, <= 1.2x the blob', async () => {
     const s = await host('ignore-range');
     const mem = memorySink();
