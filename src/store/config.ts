@@ -37,6 +37,10 @@ export interface MirrorConfig {
   header: Record<string, string[]>;
   /** TLS files for this mirror (our extension; absent when not configured). */
   tls?: TlsFiles;
+  /** `ranged_reads = "split" | "next-host"` (absent: "mirror", the default); see registry/hosts.ts. */
+  rangedReads?: 'split' | 'next-host';
+  /** `ns_query = false`: no `?ns=<registry>` for this mirror (absent: sent). */
+  nsQuery?: false;
 }
 
 /**
@@ -627,11 +631,17 @@ function readMirror(s: Section): MirrorConfig {
       header[name] = values as string[];
     }
   }
+  const rangedReads = s.oneOf('ranged_reads', ['mirror', 'split', 'next-host'] as const, 'mirror');
+  const nsQuery = s.bool('ns_query', true);
   const tls = readTls(s);
   s.finish();
-  return tls
+  const m: MirrorConfig = tls
     ? { host, insecure, requestTimeoutSec, header, tls }
     : { host, insecure, requestTimeoutSec, header };
+  // only when not the default, so configs without the keys read as before
+  if (rangedReads !== 'mirror') m.rangedReads = rangedReads;
+  if (!nsQuery) m.nsQuery = false;
+  return m;
 }
 
 function readCache(s: Section): StoreConfig['cache'] {
