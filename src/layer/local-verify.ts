@@ -38,14 +38,18 @@ export interface LocalVerifyOptions {
 }
 
 export interface LocalVerifyResult {
-  /** sha256 and length of the whole decompressed stream. */
-  stream: { digest: string; size: number };
+  /** sha256 and length of the whole decompressed stream (absent when it did not decompress). */
+  stream?: { digest: string; size: number };
+  /** Why the stream has no digest (E_DECOMPRESS: the local bytes are not a valid stream). */
+  streamError?: StoreError;
   /** The stream's digest equals expectedDiffID. */
   matched: boolean;
   chunkErrors: number;
   /**
    * Compressed spans of the chunks that failed: the local bytes there may be bad. Invalidate them
-   * in the blob store and fetch them again (fresh) before the next attempt.
+   * in the blob store and fetch them again (fresh) before the next attempt. When the stream
+   * does not match but no chunk failed, the damage is outside the chunks (or the registry blob
+   * itself is bad): drop the whole local copy and fetch it fresh once before declaring the layer bad.
    */
   badSpans: Interval[];
 }
@@ -110,6 +114,9 @@ export async function verifyFromLocal(opts: LocalVerifyOptions): Promise<LocalVe
   }
 
   const hasher = new StreamDigest(opts.compression);
+  let streamError: StoreError | undefined;
+  const toStoreError = (err: unknown): StoreError =>
+    err instanceof StoreError ? err : new StoreError('E_DECOMPRESS', String(err), context);
   try {
     let gi = 0;
     let pos = 0;
@@ -119,8 +126,15 @@ export async function verifyFromLocal(opts: LocalVerifyOptions): Promise<LocalVe
       let gj = gi;
       while (gj < groups.length && groups[gj]!.start < end) end = Math.max(end, groups[gj++]!.end);
       const buf = await blob.read(pos, end - pos);
-      // the hasher consumes this window while its chunks are decoded
-      const hashed = hasher.write(buf, opts.beforePiece);
+      // The hasher consumes this window while its chunks are decoded. A stream that fails to
+      // decompress stops the hashing, not the chunk pass: it finds the bad spans.
+      const hashed =
+        streamError === undefined
+          ? hasher.write(buf, opts.beforePiece).catch((err: unknown) => {
+              if (sig.aborted) throw err;
+              streamError = toStoreError(err);
+            })
+          : Promise.resolve();
       hashed.catch(() => undefined);
       for (let k = gi; k < gj; k++) {
         const g = groups[k]!;
@@ -137,7 +151,7 @@ export async function verifyFromLocal(opts: LocalVerifyOptions): Promise<LocalVe
         } catch (err) {
           if (sig.aborted) throw err;
           for (let i = 0; i < todo.length; i++) {
-            fail(err instanceof StoreError ? err : new StoreError('E_DECOMPRESS', String(err), context), g);
+            fail(toStoreError(err), g);
           }
           continue;
         }
@@ -155,8 +169,15 @@ export async function verifyFromLocal(opts: LocalVerifyOptions): Promise<LocalVe
       gi = gj;
       pos = end;
     }
-    const stream = await hasher.end();
-    return { stream, matched: stream.digest === opts.expectedDiffID, chunkErrors, badSpans };
+    if (streamError === undefined) {
+      try {
+        const stream = await hasher.end();
+        return { stream, matched: stream.digest === opts.expectedDiffID, chunkErrors, badSpans };
+      } catch (err) {
+        streamError = toStoreError(err);
+      }
+    }
+    return { streamError, matched: false, chunkErrors, badSpans };
   } finally {
     await hasher.destroy();
   }
