@@ -5,6 +5,12 @@ import type { LocalBlob } from './blob-store.js';
 export interface LocalFirstOptions {
   /** Missing parts closer than this are fetched as one range (re-fetching the gap). Default 64 KiB. */
   maxGap?: number;
+  /**
+   * Widen every fetch to multiples of this (aligned to offset 0) and store all of it: set it to
+   * the blob reader's block size, which rounds requests that way anyway (the rounded-up bytes
+   * would otherwise arrive and be dropped). Default 0: no widening.
+   */
+  alignBytes?: number;
   /** Called with the byte count of every range fetched from `inner` (accounting, tests). */
   onNetworkBytes?: (bytes: number) => void;
 }
@@ -21,6 +27,7 @@ export interface LocalFirstOptions {
  */
 export class LocalFirstSource implements BlobSource {
   private readonly maxGap: number;
+  private readonly align: number;
   private networkBytes = 0;
   private localBytes = 0;
 
@@ -30,6 +37,7 @@ export class LocalFirstSource implements BlobSource {
     private readonly opts: LocalFirstOptions = {},
   ) {
     this.maxGap = opts.maxGap ?? 64 * 1024;
+    this.align = Math.max(0, Math.floor(opts.alignBytes ?? 0));
   }
 
   get size(): number {
@@ -54,11 +62,22 @@ export class LocalFirstSource implements BlobSource {
       for (const m of this.blob.missing(r.offset, r.length)) wanted.push(m);
     }
     wanted.sort((a, b) => a.start - b.start);
-    const fetchList = coalesce(mergeSorted(wanted), this.maxGap);
+    const fetchList = coalesce(this.widen(mergeSorted(wanted)), this.maxGap);
     const fetched = await this.fetch(fetchList, signal, opts);
     // Store before answering: the next reader of these bytes finds them locally.
     await Promise.all(fetched.map((f) => this.blob.write(f.start, f.data)));
     return await Promise.all(ranges.map((r) => this.assemble(r, fetched, signal, opts)));
+  }
+
+  /** Intervals widened to `align` boundaries (clipped at the blob end), merged again. */
+  private widen(list: Interval[]): Interval[] {
+    if (this.align <= 1) return list;
+    const a = this.align;
+    const out = list.map((iv) => ({
+      start: Math.floor(iv.start / a) * a,
+      end: Math.min(this.size, Math.ceil(iv.end / a) * a),
+    }));
+    return mergeSorted(out);
   }
 
   private async fetch(
