@@ -398,16 +398,28 @@ function checkSize(blob: LocalBlob, size: number): void {
   }
 }
 
+/** Bytes handed to write() whose disk write has not completed: readable from memory meanwhile. */
+interface PendingPiece {
+  start: number;
+  end: number;
+  /** data[i] is the blob's byte at offset base + i. */
+  data: Uint8Array;
+  base: number;
+}
+
 /**
  * One blob's local compressed bytes. The shape the layer engine uses as its `localBytes`
- * provider and `onCompressedBytes` sink: `covered`, `missing`, `read`, `write`.
+ * provider (`covered`, `held`, `read`) and `onCompressedBytes` sink; plus `missing` and `write`.
+ * Bytes count as held from the moment write() is called (served from the caller's buffer until
+ * the disk write completes), so a span received once is never fetched again meanwhile.
  */
 export class LocalBlob {
   readonly digest: string;
   /** Bytes stored and readable (the data write completed). */
   private readonly stored: IntervalSet;
-  /** Bytes being written right now (not readable yet, not to be written twice). */
+  /** Bytes being written right now (readable from `pieces`, not to be written twice). */
   private readonly pending = new IntervalSet();
+  private readonly pieces = new Set<PendingPiece>();
   private accounted: number;
   private unrecorded = 0;
   private timer: NodeJS.Timeout | undefined;
@@ -450,41 +462,91 @@ export class LocalBlob {
     return this.stored.intervals();
   }
 
-  /** True when [offset, offset+length) can be read locally. */
+  /** True when [offset, offset+length) can be read locally (stored or being stored). */
   covered(offset: number, length: number): boolean {
-    return this.stored.covers(offset, offset + length);
+    for (const m of this.stored.missing(offset, offset + length)) {
+      if (!this.pending.covers(m.start, m.end)) return false;
+    }
+    return true;
   }
 
-  /** The parts of [offset, offset+length) not stored locally (what to fetch), in order. */
+  /** The parts of [offset, offset+length) not held locally (what to fetch), in order. */
   missing(offset: number, length: number): Interval[] {
-    return this.stored.missing(offset, Math.min(this.size, offset + length));
+    const out: Interval[] = [];
+    for (const m of this.stored.missing(offset, Math.min(this.size, offset + length))) {
+      out.push(...this.pending.missing(m.start, m.end));
+    }
+    return out;
   }
+
+  /** The held parts of [offset, offset+length), sorted and disjoint (engine seam `held`). */
+  held(offset: number, length: number): Array<{ offset: number; length: number }> {
+    const end = Math.min(this.size, offset + length);
+    const set = IntervalSet.from(this.stored.overlap(offset, end));
+    for (const iv of this.pending.overlap(offset, end)) set.add(iv.start, iv.end);
+    return set.intervals().map((iv) => ({ offset: iv.start, length: iv.end - iv.start }));
+  }
+
+  /**
+   * Engine seam `onCompressedBytes`: store bytes received from the network, fire and forget.
+   * Never throws (a range outside the blob is logged and dropped).
+   */
+  readonly onCompressedBytes = (offset: number, data: Buffer): void => {
+    let p: Promise<number>;
+    try {
+      p = this.write(offset, data);
+    } catch (err) {
+      this.store.logger.warn(
+        { err, digest: this.digest, offset },
+        'compressed bytes outside the blob; dropped',
+      );
+      return;
+    }
+    p.catch((err: unknown) =>
+      this.store.logger.warn({ err, digest: this.digest, offset }, 'cannot store bytes'),
+    );
+  };
 
   /** Bytes [offset, offset+length); they must be covered (else E_NOT_FOUND). */
   async read(offset: number, length: number): Promise<Buffer> {
     this.checkRange(offset, length);
-    if (!this.covered(offset, length)) {
-      throw new StoreError('E_NOT_FOUND', 'range not stored locally', {
-        digest: this.digest,
-        offset,
-        length,
-      });
-    }
+    const end = offset + length;
+    const notFound = (): StoreError =>
+      new StoreError('E_NOT_FOUND', 'range not stored locally', { digest: this.digest, offset, length });
     const out = Buffer.allocUnsafe(length);
-    let done = 0;
-    while (done < length) {
-      const { bytesRead } = await this.fh.read(out, done, length - done, offset + done);
-      if (bytesRead === 0) {
-        // The file is shorter than its record says (changed behind our back): forget the rest.
-        this.stored.delete(offset + done, this.size);
-        throw new StoreError('E_TRUNCATED', 'local blob file shorter than recorded', {
-          digest: this.digest,
-          offset: offset + done,
-        });
+    // Parts still being written come from memory, copied now (same tick as the check), so a
+    // write completing or failing meanwhile cannot change what is read.
+    for (const m of this.stored.missing(offset, end)) {
+      let pos = m.start;
+      while (pos < m.end) {
+        const piece = this.pieceAt(pos);
+        if (piece === undefined) throw notFound();
+        const to = Math.min(m.end, piece.end);
+        out.set(piece.data.subarray(pos - piece.base, to - piece.base), pos - offset);
+        pos = to;
       }
-      done += bytesRead;
+    }
+    for (const s of this.stored.overlap(offset, end)) {
+      let done = s.start;
+      while (done < s.end) {
+        const { bytesRead } = await this.fh.read(out, done - offset, s.end - done, done);
+        if (bytesRead === 0) {
+          // The file is shorter than its record says (changed behind our back): forget the rest.
+          this.stored.delete(done, this.size);
+          throw new StoreError('E_TRUNCATED', 'local blob file shorter than recorded', {
+            digest: this.digest,
+            offset: done,
+          });
+        }
+        done += bytesRead;
+      }
     }
     return out;
+  }
+
+  private pieceAt(pos: number): PendingPiece | undefined {
+    for (const p of this.pieces) if (p.start <= pos && pos < p.end) return p;
+    return undefined;
   }
 
   /**
@@ -500,11 +562,15 @@ export class LocalBlob {
       todo.push(...this.pending.missing(m.start, m.end));
     if (todo.length === 0) return 0;
     let want = 0;
+    const pieces: PendingPiece[] = [];
     for (const t of todo) {
       this.pending.add(t.start, t.end);
+      const piece = { start: t.start, end: t.end, data: buf, base: offset };
+      this.pieces.add(piece);
+      pieces.push(piece);
       want += t.end - t.start;
     }
-    const p = this.writeParts(offset, buf, todo, want);
+    const p = this.writeParts(offset, buf, pieces, want);
     this.inflight.add(p);
     try {
       return await p;
@@ -513,7 +579,12 @@ export class LocalBlob {
     }
   }
 
-  private async writeParts(offset: number, buf: Uint8Array, todo: Interval[], want: number): Promise<number> {
+  private async writeParts(
+    offset: number,
+    buf: Uint8Array,
+    todo: PendingPiece[],
+    want: number,
+  ): Promise<number> {
     let granted = false;
     let stored = 0;
     try {
@@ -533,13 +604,19 @@ export class LocalBlob {
             throw new StoreError('E_IO', 'short write to local blob file', { digest: this.digest });
           done += bytesWritten;
         }
+        // readable from the file from now on
         this.stored.add(t.start, t.end);
+        this.pending.delete(t.start, t.end);
+        this.pieces.delete(t);
         stored += t.end - t.start;
       }
     } catch (err) {
       this.store.writeFailed(err, this.digest);
     } finally {
-      for (const t of todo) this.pending.delete(t.start, t.end);
+      for (const t of todo) {
+        if (!this.pieces.delete(t)) continue;
+        this.pending.delete(t.start, t.end);
+      }
     }
     if (stored > 0) {
       this.store.counters.bytesWritten += stored;

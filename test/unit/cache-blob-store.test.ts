@@ -420,3 +420,76 @@ describe('BlobStore: bounds and disk errors', () => {
     await store.close();
   });
 });
+
+/** The engine's seam (src/layer/compressed-store.ts on the engine branch), restated here. */
+interface LocalCompressedBytes {
+  covered(offset: number, length: number): boolean;
+  held?(offset: number, length: number): Array<{ offset: number; length: number }>;
+  read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer>;
+}
+
+describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
+  it('bytes are held from the moment they are handed over: served from memory until written', async () => {
+    let release!: () => void;
+    let failIt = false;
+    const gate = new Promise<void>((r) => (release = r));
+    const gatedFs: BlobFs = {
+      open: async (path, flags, mode) => {
+        const fh = await fsp.open(path, flags, mode);
+        return {
+          write: async (buf, off, len, pos) => {
+            await gate;
+            if (failIt) throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
+            return await fh.write(buf, off, len, pos);
+          },
+          read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
+          datasync: () => fh.datasync(),
+          stat: () => fh.stat(),
+          close: () => fh.close(),
+        };
+      },
+      readFile: (p) => fsp.readFile(p),
+      rename: (a, b) => fsp.rename(a, b),
+      unlink: (p) => fsp.unlink(p),
+      mkdir: (p, o) => fsp.mkdir(p, o),
+      readdir: (p) => fsp.readdir(p),
+    };
+    for (const outcome of ['written', 'failed'] as const) {
+      const r = join(root, outcome);
+      const store = await BlobStore.open({ root: r, fs: gatedFs, durable: false });
+      const blob = randomBytes(10_000);
+      const b = await store.openBlob(digestOf(blob), blob.length);
+      const seam: LocalCompressedBytes = b;
+      const sink: (offset: number, data: Buffer) => void = b.onCompressedBytes;
+      if (outcome === 'written') {
+        sink(2000, blob.subarray(2000, 6000));
+        expect(seam.covered(2000, 4000)).toBe(true);
+        expect(seam.held!(0, 10_000)).toEqual([{ offset: 2000, length: 4000 }]);
+        expect(b.missing(0, 10_000)).toEqual([
+          { start: 0, end: 2000 },
+          { start: 6000, end: 10_000 },
+        ]);
+        expect(b.coverage()).toEqual([]); // not on disk yet
+        expect((await seam.read(2500, 1000)).equals(blob.subarray(2500, 3500))).toBe(true);
+        release();
+        await b.flush();
+        expect(b.coverage()).toEqual([{ start: 2000, end: 6000 }]);
+        // mixed: part on disk, part still in memory
+        failIt = false;
+        sink(6000, blob.subarray(6000, 7000));
+        expect((await seam.read(5000, 2000)).equals(blob.subarray(5000, 7000))).toBe(true);
+        // out of range: logged, not thrown
+        expect(() => sink(9990, Buffer.alloc(20))).not.toThrow();
+      } else {
+        failIt = true;
+        const w = b.write(0, blob.subarray(0, 3000));
+        expect(seam.covered(0, 3000)).toBe(true);
+        await w;
+        expect(seam.covered(0, 3000)).toBe(false);
+        await expect(seam.read(0, 3000)).rejects.toMatchObject({ code: 'E_NOT_FOUND' });
+        expect(b.missing(0, 3000)).toEqual([{ start: 0, end: 3000 }]);
+      }
+      await store.close();
+    }
+  });
+});
