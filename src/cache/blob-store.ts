@@ -357,9 +357,17 @@ export class BlobStore {
   async reserve(bytes: number): Promise<boolean> {
     if (this.disabled || this.closed) return false;
     if (this.budget === undefined) return true;
-    const ok = await this.budget.reserve(bytes);
-    if (!ok) this.counters.bytesRefused += bytes;
-    return ok;
+    for (;;) {
+      if (await this.budget.reserve(bytes)) return true;
+      // Blobs left by an earlier run and not opened since belong to layers not in use: they
+      // give way to the ones being fetched now.
+      const victim = this.adopted.keys().next();
+      if (victim.done === true) break;
+      this.logger.info({ digest: `sha256:${victim.value}` }, 'removing unused partial blob to make room');
+      await this.remove(`sha256:${victim.value}`);
+    }
+    this.counters.bytesRefused += bytes;
+    return false;
   }
 
   /** @internal */
@@ -386,6 +394,14 @@ export class BlobStore {
     this.open.clear();
     await Promise.all(blobs.map((b) => b.shutdown(true)));
   }
+}
+
+/** The chunk cache as the blob store's budget: both share `max_bytes` / `min_free_bytes`. */
+export function chunkCacheBudget(cache: {
+  reserveExternal(bytes: number): Promise<boolean>;
+  releaseExternal(bytes: number): void;
+}): DiskBudget {
+  return { reserve: (n) => cache.reserveExternal(n), release: (n) => cache.releaseExternal(n) };
 }
 
 function checkSize(blob: LocalBlob, size: number): void {

@@ -6,9 +6,9 @@
  * like a store shutdown. Prints one JSON line (unless killed).
  */
 import { join } from 'node:path';
-import { BlobStore } from '../../src/cache/blob-store.js';
+import { BlobStore, chunkCacheBudget } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
-import { LocalFirstSource } from '../../src/cache/local-first-source.js';
+import { LocalFirstSource } from '../../src/layer/local-first-source.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { FetchScheduler, LazyLayer, type BlobSource } from '../../src/layer/index.js';
 import { parseReference, RegistryClient, type BlobReader } from '../../src/registry/index.js';
@@ -37,7 +37,7 @@ const cache = await ChunkCache.open({ root: args.root, minFreeBytes: 0 });
 await cache.whenScanned();
 const store = await BlobStore.open({
   root: args.root,
-  budget: { reserve: (n) => cache.reserveExternal(n), release: (n) => cache.releaseExternal(n) },
+  budget: chunkCacheBudget(cache),
   checkpointBytes: 512 * 1024,
 });
 // Read-ahead bytes would bypass the blob store (only requested ranges are stored): off.

@@ -284,6 +284,26 @@ describe('BlobStore: bounds and disk errors', () => {
     await store.close();
   });
 
+  it('blobs left by an earlier run and not opened give way to blobs being fetched', async () => {
+    const old = randomBytes(30_000);
+    let store = await BlobStore.open({ root });
+    await (await store.openBlob(digestOf(old), old.length)).write(0, old);
+    await store.close();
+    const budget = fixedBudget(50_000);
+    store = await BlobStore.open({ root, budget });
+    expect(store.list()).toEqual([digestOf(old)]);
+    const now = randomBytes(30_000);
+    const b = await store.openBlob(digestOf(now), now.length);
+    expect(await b.write(0, now)).toBe(now.length);
+    expect(store.list()).toEqual([digestOf(now)]);
+    expect(store.stats().bytesRefused).toBe(0);
+    // an open blob never gives way: a second one is refused
+    const other = randomBytes(30_000);
+    expect(await (await store.openBlob(digestOf(other), other.length)).write(0, other)).toBe(0);
+    expect(b.complete).toBe(true);
+    await store.close();
+  });
+
   it('shares the chunk cache bounds: reserving evicts unpinned chunks, refusing when pinned ones fill it', async () => {
     const cache = await ChunkCache.open({ root, maxBytes: 64 * 1024, minFreeBytes: 0 });
     await cache.whenScanned();

@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BlobStore, type DiskBudget } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
 import { IntervalSet } from '../../src/cache/interval-set.js';
-import { LocalFirstSource } from '../../src/cache/local-first-source.js';
+import { LocalFirstSource } from '../../src/layer/local-first-source.js';
 import { terminateCodec } from '../../src/format/codec.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import type { ByteRange, FetchOptions } from '../../src/layer/types.js';

@@ -1,6 +1,6 @@
-import type { BlobSource, ByteRange, FetchOptions } from '../layer/types.js';
-import { coalesce, type Interval } from './interval-set.js';
-import type { LocalBlob } from './blob-store.js';
+import type { BlobSource, ByteRange, FetchOptions } from './types.js';
+import { coalesce, type Interval } from '../cache/interval-set.js';
+import type { LocalBlob } from '../cache/blob-store.js';
 
 export interface LocalFirstOptions {
   /** Missing parts closer than this are fetched as one range (re-fetching the gap). Default 64 KiB. */
