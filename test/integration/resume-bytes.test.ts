@@ -80,54 +80,60 @@ async function storeRun(args: Record<string, unknown>): Promise<RunResult> {
 }
 
 describe.each(['estargz', 'zstd:chunked'] as const)('resume after restarts (%s)', (format) => {
-  it('empty root -> killed -> stopped -> fully verified: registry bytes <= 1.05x the blob', async () => {
-    const blobFile = join(work, `${format.replace(':', '-')}.blob`);
-    const built = await buildLayerToFile(tarPath, blobFile, {
-      format,
-      chunkSize: CHUNK,
-      gzipLevel: 1,
-      zstdLevel: 1,
-    });
-    const blob = await readFile(blobFile);
-    const size = blob.length;
-    expect(size).toBeGreaterThan(32 * 1024 * 1024);
-    const repo = `resume/${format.replace(':', '-')}`;
-    const digest = await pushBlob(registry.url, repo, blob);
-    const root = await mkdtemp(join(work, 'root-'));
-    const base = { root, blobFile, ref: `${proxy.host}/${repo}:latest`, digest, diffID: built.diffID };
-    const start = proxy.upstreamBytes;
+  it(
+    'empty root -> killed -> stopped -> fully verified: registry bytes <= 1.05x the blob',
+    { timeout: 600_000 },
+    async () => {
+      const blobFile = join(work, `${format.replace(':', '-')}.blob`);
+      const built = await buildLayerToFile(tarPath, blobFile, {
+        format,
+        chunkSize: CHUNK,
+        gzipLevel: 1,
+        zstdLevel: 1,
+      });
+      const blob = await readFile(blobFile);
+      const size = blob.length;
+      expect(size).toBeGreaterThan(32 * 1024 * 1024);
+      const repo = `resume/${format.replace(':', '-')}`;
+      const digest = await pushBlob(registry.url, repo, blob);
+      const root = await mkdtemp(join(work, 'root-'));
+      const base = { root, blobFile, ref: `${proxy.host}/${repo}:latest`, digest, diffID: built.diffID };
+      const start = proxy.upstreamBytes;
 
-    // 1. killed on the spot after 30% of the blob came in
-    const killed = await storeRun({ ...base, mode: 'kill', stopAt: Math.floor(0.3 * size) });
-    expect(killed.signal, killed.stderr).toBe('SIGKILL');
-    const afterKill = proxy.upstreamBytes - start;
-    // (the child's count includes block-cache hits at widened range ends: a little above the proxy's)
-    expect(afterKill).toBeGreaterThan(0.25 * size);
-    expect(afterKill).toBeLessThan(0.5 * size);
+      // 1. killed on the spot after 30% of the blob came in
+      const killed = await storeRun({ ...base, mode: 'kill', stopAt: Math.floor(0.3 * size) });
+      expect(killed.signal, killed.stderr).toBe('SIGKILL');
+      const afterKill = proxy.upstreamBytes - start;
+      // (the child's count includes block-cache hits at widened range ends: a little above the proxy's)
+      expect(afterKill).toBeGreaterThan(0.25 * size);
+      expect(afterKill).toBeLessThan(0.5 * size);
 
-    // 2. stopped (clean shutdown) after another 40%; it resumed with what the killed run stored
-    const stopped = await storeRun({ ...base, mode: 'stop', stopAt: Math.floor(0.4 * size) });
-    expect(stopped.code, stopped.stderr).toBe(0);
-    expect(stopped.out!.fullyVerified).toBe(false);
-    expect(stopped.out!.coveredAtStart).toBeGreaterThan(0.2 * size);
+      // 2. stopped (clean shutdown) after another 40%; it resumed with what the killed run stored
+      const stopped = await storeRun({ ...base, mode: 'stop', stopAt: Math.floor(0.4 * size) });
+      expect(stopped.code, stopped.stderr).toBe(0);
+      expect(stopped.out!.fullyVerified).toBe(false);
+      expect(stopped.out!.coveredAtStart).toBeGreaterThan(0.2 * size);
 
-    // 3. to the end: the DiffID check runs over the whole stream and matches
-    const finished = await storeRun({ ...base, mode: 'run' });
-    expect(finished.code, finished.stderr).toBe(0);
-    expect(finished.out).toMatchObject({ fullyVerified: true, bad: false });
-    expect(finished.out!.coveredAtStart).toBeGreaterThan(0.6 * size);
-    const total = proxy.upstreamBytes - start;
-    process.stdout.write(`${format}: blob ${size} B, registry ${total} B = ${(total / size).toFixed(4)}x\n`);
-    expect(total).toBeGreaterThanOrEqual(size);
-    expect(total / size).toBeLessThanOrEqual(1.05);
+      // 3. to the end: the DiffID check runs over the whole stream and matches
+      const finished = await storeRun({ ...base, mode: 'run' });
+      expect(finished.code, finished.stderr).toBe(0);
+      expect(finished.out).toMatchObject({ fullyVerified: true, bad: false });
+      expect(finished.out!.coveredAtStart).toBeGreaterThan(0.6 * size);
+      const total = proxy.upstreamBytes - start;
+      process.stdout.write(
+        `${format}: blob ${size} B, registry ${total} B = ${(total / size).toFixed(4)}x\n`,
+      );
+      expect(total).toBeGreaterThanOrEqual(size);
+      expect(total / size).toBeLessThanOrEqual(1.05);
 
-    // the compressed copy is gone once verified; chunks and the verified state stay
-    expect(await readdir(join(root, 'blobs', 'sha256'))).toEqual([]);
-    expect((await stat(join(root, 'layers'))).isDirectory()).toBe(true);
+      // the compressed copy is gone once verified; chunks and the verified state stay
+      expect(await readdir(join(root, 'blobs', 'sha256'))).toEqual([]);
+      expect((await stat(join(root, 'layers'))).isDirectory()).toBe(true);
 
-    // 4. another run on the same root fetches nothing
-    const again = await storeRun({ ...base, mode: 'run' });
-    expect(again.out).toMatchObject({ fullyVerified: true, network: 0 });
-    expect(proxy.upstreamBytes - start).toBe(total);
-  });
+      // 4. another run on the same root fetches nothing
+      const again = await storeRun({ ...base, mode: 'run' });
+      expect(again.out).toMatchObject({ fullyVerified: true, network: 0 });
+      expect(proxy.upstreamBytes - start).toBe(total);
+    },
+  );
 });
