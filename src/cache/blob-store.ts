@@ -292,10 +292,16 @@ export class BlobStore {
       }
       fh = await this.recreate(hex);
     }
+    if (accounted !== undefined && coverage.size === 0) {
+      // what the scan accounted for was just discarded
+      this.release(accounted);
+      accounted = 0;
+    }
     if (accounted === undefined) {
       accounted = 0;
-      // bytes an old record lists are on disk already: account them even if the budget says no
-      if (this.budget !== undefined) {
+      // Not seen by the scan (no budget then, or created since): account what is on disk if the
+      // budget allows; otherwise it stays unaccounted until removed (it is bounded by the blob).
+      if (this.budget !== undefined && coverage.size > 0) {
         const want = coverage.size + BLOB_OVERHEAD;
         if (await this.budget.reserve(want)) accounted = want;
       }

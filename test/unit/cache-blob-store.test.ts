@@ -223,6 +223,22 @@ describe('BlobStore: restart and crash safety', () => {
     await store.close();
   });
 
+  it('a record for another size is discarded and its bytes released from the budget', async () => {
+    const blob = randomBytes(20_000);
+    const d = digestOf(blob);
+    let store = await BlobStore.open({ root });
+    await (await store.openBlob(d, blob.length)).write(0, blob);
+    await store.close();
+    const budget = fixedBudget(1e9);
+    store = await BlobStore.open({ root, budget });
+    expect(budget.used).toBeGreaterThanOrEqual(20_000);
+    const b = await store.openBlob(d, 30_000);
+    expect(b.bytesCovered).toBe(0);
+    expect(budget.used).toBe(0);
+    expect(store.stats().diskBytes).toBe(0);
+    await store.close();
+  });
+
   it('a data file shorter than its record (changed behind our back) is clipped, not served', async () => {
     const blob = randomBytes(30_000);
     const d = digestOf(blob);
