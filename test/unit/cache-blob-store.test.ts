@@ -350,6 +350,14 @@ describe('BlobStore: bounds and disk errors', () => {
     await cache.close();
   });
 
+  it('the chunk cache refuses external bytes below its free-space margin', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: Number.MAX_SAFE_INTEGER });
+    await cache.whenScanned();
+    expect(await cache.reserveExternal(4096)).toBe(false);
+    expect(cache.stats().externalBytes).toBe(0);
+    await cache.close();
+  });
+
   it('ENOSPC: stops storing, warns once, keeps serving stored bytes; storing resumes after a remove', async () => {
     let full = false;
     let writesTried = 0;
