@@ -3,7 +3,7 @@
  * bench/README.md for the full run. Builds the workloads offline, pushes them in every format, then
  * runs cold pull + first run per mode, image and network profile, and writes JSON, markdown and SVG.
  */
-import { access, mkdir, writeFile } from 'node:fs/promises';
+import { access, mkdir, rm, writeFile } from 'node:fs/promises';
 import { cpus, release, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +16,8 @@ import { PodmanEnv } from '../lib/podman.js';
 import { requireTools, run, say } from '../lib/proc.js';
 import { profileSource } from '../lib/profile.js';
 import { startBenchRegistry } from '../lib/registry-server.js';
+import { describeFlags, resolveLaunchFlags } from '../lib/store-flags.js';
+import { startStore } from '../lib/store-process.js';
 import { checkLink, measureProxyOverhead, type LinkCheck, type ProxyOverhead } from './calibrate.js';
 import { ensureFormats, type FormatId, type FormatOutcome } from './formats.js';
 import {
@@ -30,7 +32,7 @@ import { openNetworkPath } from './networks.js';
 import { parseOptions, type HarnessOptions } from './options.js';
 import { renderMarkdown, summarizeAll, type Cell } from './report.js';
 import { renderChart } from './svg.js';
-import { buildWorkloads } from './workloads.js';
+import { buildWorkloads, modelLoadVariant, type Workload } from './workloads.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -47,7 +49,7 @@ async function machine(): Promise<Record<string, unknown>> {
   };
 }
 
-function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreCommand>> {
+async function storeCommands(o: HarnessOptions): Promise<Partial<Record<StoreKind, StoreCommand>>> {
   const ours: StoreCommand = {
     argv: o.storeBin
       ? o.storeBin.split(/\s+/).filter(Boolean)
@@ -58,14 +60,74 @@ function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreComman
   };
   const out: Partial<Record<StoreKind, StoreCommand>> = { ours };
   if (o.baselineStore) {
+    const argv = [resolve(o.baselineStore)];
+    const flags = await resolveLaunchFlags(argv, o.baselineFlavour);
+    say(
+      `baseline store ${argv[0]}: ${describeFlags(flags)} (${o.baselineFlavour === 'auto' ? 'probed --help' : `--baseline-flavour ${o.baselineFlavour}`}): --${flags.join(' --')}`,
+    );
+    const config = o.baselineConfig ?? o.storeConfig;
     out.baseline = {
-      argv: [resolve(o.baselineStore)],
+      argv,
       stopSignal: o.baselineStopSignal,
       logLevel: o.storeLogLevel,
-      ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
+      flags,
+      ...(o.baselineArgs.length > 0 ? { extraArgs: o.baselineArgs } : {}),
+      ...(config ? { config: resolve(config) } : {}),
     };
   }
   return out;
+}
+
+/**
+ * Start each store once on a scratch mount before any iteration: a store that cannot start (a flag
+ * it rejects, a bad config) is reported once with its own words, and its modes are skipped, instead
+ * of one failed run per iteration. Returns the reason per store kind that failed.
+ */
+async function preflightStores(
+  workDir: string,
+  stores: Partial<Record<StoreKind, StoreCommand>>,
+  kinds: ReadonlySet<StoreKind>,
+): Promise<Map<StoreKind, string>> {
+  const failed = new Map<StoreKind, string>();
+  for (const kind of kinds) {
+    const cmd = stores[kind];
+    if (!cmd) continue;
+    const dir = join(workDir, 'r', `preflight-${kind}`);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true });
+    let config = cmd.config;
+    if (!config) {
+      config = join(dir, 'store-config.toml');
+      await writeFile(config, '# sgz benchmark: store defaults\n');
+    }
+    try {
+      const st = await startStore({
+        command: cmd.argv,
+        root: join(dir, 'root'),
+        mountpoint: join(dir, 'm'),
+        addr: join(dir, 'store.sock'),
+        config,
+        logLevel: cmd.logLevel,
+        ...(cmd.flags ? { flags: cmd.flags } : {}),
+        ...(cmd.extraArgs ? { extraArgs: cmd.extraArgs } : {}),
+        stopSignal: cmd.stopSignal,
+        logFile: join(dir, 'store.log'),
+      });
+      const stopped = await st.stop();
+      if (stopped.forcedUnmount) {
+        say(`NOTE: the ${kind} store left its mount behind on ${cmd.stopSignal} (lazily unmounted)`);
+      }
+      say(`${kind} store starts and stops cleanly: ${cmd.argv.join(' ')}`);
+    } catch (e) {
+      const why = (e as Error).message.replace(/\s+/g, ' ').slice(0, 600);
+      failed.set(kind, `the ${kind} store does not start: ${why}`);
+      say(`ERROR: the ${kind} store does not start; its modes are skipped. ${why}`);
+    } finally {
+      await unmountUnder(dir);
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+  return failed;
 }
 
 interface Results {
@@ -83,6 +145,8 @@ interface Results {
   };
   summaries: ReturnType<typeof summarizeAll>;
   cells: Cell[];
+  /** Stores that did not start in the preflight, with the reason (their modes were skipped). */
+  storeFailures?: Record<string, string>;
 }
 
 async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
@@ -203,7 +267,7 @@ async function main(): Promise<void> {
     insecureRegistries: [registry.host],
   });
   const source = profileSource(o.profile);
-  const stores = storeCommands(o);
+  const stores = await storeCommands(o);
   const outcomes = new Map<string, FormatOutcome[]>();
   for (const w of workloads) {
     const fo = await ensureFormats(
@@ -243,6 +307,20 @@ async function main(): Promise<void> {
     res.complete = true;
     await writeOutputs(o, res);
     return;
+  }
+  const storeFailures = await preflightStores(
+    o.workDir,
+    stores,
+    new Set(modes.flatMap((m) => (m.store ? [m.store] : []))),
+  );
+  res.storeFailures = Object.fromEntries(storeFailures);
+  // what each first run does: the image's entrypoint and/or reading a whole model shard
+  const runs: Workload[] = [];
+  for (const w of workloads) {
+    for (const k of o.workloads) {
+      if (k === 'startup') runs.push(w);
+      else if (w.modelShard) runs.push(await modelLoadVariant(w));
+    }
   }
 
   // calibration on the biggest gzip blob we have
@@ -286,13 +364,13 @@ async function main(): Promise<void> {
           res.calibration.links.push({ network: net.name, error: (e as Error).message });
         }
       }
-      for (const w of workloads) {
+      for (const w of runs) {
         const fo = outcomes.get(w.name)!;
         const cells = new Map<string, Cell>();
         for (const m of modes) {
           const f = fo.find((x) => x.format === m.format);
           const cell: Cell = {
-            image: w.name,
+            image: w.label ?? w.name,
             network: net.name,
             mode: m.id,
             label: m.label,
@@ -300,6 +378,7 @@ async function main(): Promise<void> {
             iterations: [],
           };
           if (!f?.image) cell.skipped = `format ${m.format} not available: ${f?.error ?? 'not built'}`;
+          else if (m.store && storeFailures.has(m.store)) cell.skipped = storeFailures.get(m.store)!;
           cells.set(m.id, cell);
           res.cells.push(cell);
         }
@@ -310,7 +389,9 @@ async function main(): Promise<void> {
             // a mode that failed once is not retried in the same cell (keeps broken modes cheap)
             if (cell.skipped || cell.iterations.some((r) => !r.ok)) continue;
             if (aborting()) return;
+            const image = fo.find((x) => x.format === m.format)?.image;
             const r = await runIteration({
+              ...(image ? { layers: image.layers } : {}),
               workDir: o.workDir,
               path,
               workload: w,
@@ -325,8 +406,8 @@ async function main(): Promise<void> {
             cell.iterations.push(r);
             say(
               r.ok
-                ? `${w.name} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
-                : `${w.name} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
+                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
+                : `${cell.image} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
             await writeOutputs(o, res);
           }

@@ -30,6 +30,16 @@ export interface CellSummary {
   requests: Summary;
   storeRssMB: Summary;
   storeCpuS: Summary;
+  /** Registry MB of the pull phase and of the run phase (after the pull, background fetch included). */
+  pullRegistryMB: Summary;
+  runRegistryMB: Summary;
+  /** Registry bytes of the start window / compressed bytes of the image's layers. */
+  registryPerBlob: Summary;
+  /** model-load: cold (sha256sum) and warm (cat) read rates of the shard inside the container. */
+  coldReadMBs: Summary;
+  warmReadMBs: Summary;
+  /** Per layer, in image order (from the runs that recorded layers). */
+  layers: LayerSummary[];
   /** "k/n" layers served by the store (als modes), from the last successful run. */
   lazyLayers?: string;
   /** total p50 / full-gzip total p50 (same image and network). */
@@ -37,6 +47,31 @@ export interface CellSummary {
   /** total p50 / the baseline store's total p50 for the same format. */
   vsBaseline?: number;
 }
+
+export interface LayerSummary {
+  digest: string;
+  blobMB: number;
+  /** Registry MB of this blob during the start window. */
+  startMB: Summary;
+  /** Our store's `layer resolved` ms (empty when the store does not log it). */
+  resolveMs: Summary;
+}
+
+function layerSummaries(ok: readonly IterationResult[]): LayerSummary[] {
+  const first = ok.find((i) => i.layers)?.layers ?? [];
+  return first.map((l) => {
+    const per = ok.map((i) => i.layers?.find((x) => x.digest === l.digest)).filter((x) => x !== undefined);
+    return {
+      digest: l.digest,
+      blobMB: l.blobBytes / 1e6,
+      startMB: summarize(per.map((x) => x.startBytes / 1e6)),
+      resolveMs: summarize(per.flatMap((x) => (x.resolveMs !== undefined ? [x.resolveMs] : []))),
+    };
+  });
+}
+
+const rate = (bytes: number | undefined, ms: number | undefined) =>
+  bytes !== undefined && ms !== undefined && ms > 0 ? bytes / 1e6 / (ms / 1000) : undefined;
 
 export function summarizeCell(c: Cell): CellSummary {
   const ok = c.iterations.filter((i) => i.ok);
@@ -70,6 +105,14 @@ export function summarizeCell(c: Cell): CellSummary {
     requests: pick((i) => i.registry?.requests),
     storeRssMB: pick((i) => (i.storePeakRssKiB !== undefined ? i.storePeakRssKiB / 1024 : undefined)),
     storeCpuS: pick((i) => (i.storeCpuMs !== undefined ? i.storeCpuMs / 1000 : undefined)),
+    pullRegistryMB: pick((i) => (i.pullRegistry ? i.pullRegistry.bytes / 1e6 : undefined)),
+    runRegistryMB: pick((i) => (i.runRegistry ? i.runRegistry.bytes / 1e6 : undefined)),
+    registryPerBlob: pick((i) =>
+      i.registry && i.imageBlobBytes ? i.registry.bytes / i.imageBlobBytes : undefined,
+    ),
+    coldReadMBs: pick((i) => rate(i.readBytes, i.coldReadMs)),
+    warmReadMBs: pick((i) => rate(i.readBytes, i.warmReadMs)),
+    layers: layerSummaries(ok),
     ...(lastOk?.totalLayers !== undefined
       ? { lazyLayers: `${lastOk.lazyLayers ?? 0}/${lastOk.totalLayers}` }
       : {}),
@@ -140,6 +183,8 @@ export function targetChecks(s: readonly CellSummary[], image = 'large'): Target
 export interface MarkdownMeta {
   title: string;
   lines: string[];
+  /** Short name of the baseline store in table headers (default "Go"). */
+  baselineName?: string;
 }
 
 export function renderMarkdown(meta: MarkdownMeta, s: readonly CellSummary[]): string {
@@ -160,6 +205,7 @@ export function renderMarkdown(meta: MarkdownMeta, s: readonly CellSummary[]): s
     }
     out.push('');
   }
+  out.push(...renderBaselineComparison(s, meta.baselineName));
   const failures = s.filter((c) => c.reason);
   if (failures.length > 0) {
     out.push('## Failures', '');
@@ -177,6 +223,117 @@ export function renderMarkdown(meta: MarkdownMeta, s: readonly CellSummary[]): s
   }
   out.push('');
   return out.join('\n');
+}
+
+/** One row of the ours-vs-baseline table (issue 10's shape): same image, network and format. */
+export interface BaselineRow {
+  image: string;
+  network: string;
+  format: string;
+  ours?: CellSummary;
+  base?: CellSummary;
+  full?: CellSummary;
+}
+
+export function baselineRows(s: readonly CellSummary[]): BaselineRow[] {
+  const rows: BaselineRow[] = [];
+  const okCell = (image: string, network: string, mode: string) =>
+    s.find((c) => c.image === image && c.network === network && c.mode === mode && c.okRuns > 0);
+  for (const b of s) {
+    if (!b.mode.startsWith('baseline-')) continue;
+    const format = b.mode.slice('baseline-'.length);
+    const ours = okCell(b.image, b.network, `lazy-${format}`);
+    const base = b.okRuns > 0 ? b : undefined;
+    const full = okCell(b.image, b.network, 'full-gzip');
+    rows.push({
+      image: b.image,
+      network: b.network,
+      format,
+      ...(ours ? { ours } : {}),
+      ...(base ? { base } : {}),
+      ...(full ? { full } : {}),
+    });
+  }
+  return rows;
+}
+
+const p50 = (v: Summary, d = 2) => (v.n === 0 ? '–' : f(v.p50, d));
+const range = (v: Summary, d = 0) =>
+  v.n === 0 ? '–' : v.n === 1 || f(v.min, d) === f(v.max, d) ? f(v.min, d) : `${f(v.min, d)}-${f(v.max, d)}`;
+const triple = (c: CellSummary | undefined) =>
+  c ? `${p50(c.pullS)} + ${p50(c.runS)} = ${p50(c.totalS)} s` : 'failed';
+const pair = (a: string, b: string) => `${a} / ${b}`;
+
+/** Worst (largest) per-layer resolution p50 of a cell, with every layer's p50 (ms). */
+function resolveText(c: CellSummary | undefined, na: string): string {
+  if (!c) return '–';
+  const ls = c.layers.filter((l) => l.resolveMs.n > 0);
+  if (ls.length === 0) return na;
+  return ls.map((l) => f(l.resolveMs.p50, 0)).join(', ');
+}
+
+/**
+ * Markdown: the issue-shaped ours-vs-baseline table (p50s; ranges min-max for bytes and RSS), the
+ * per-layer figures, and the model-load read rates. Empty when no baseline mode ran.
+ */
+export function renderBaselineComparison(s: readonly CellSummary[], baselineName = 'Go'): string[] {
+  const rows = baselineRows(s);
+  const out: string[] = [];
+  if (rows.length > 0) {
+    out.push(
+      `## Ours vs the baseline store (${baselineName})`,
+      '',
+      `p50 seconds; "registry MB" = registry response bytes from the start of the pull to 300 ms after the first run (ranges over runs); "run phase" = the part of it after the pull (start-up reads and background fetch while the container starts and runs); "reg/blob" = registry bytes / compressed image bytes; resolve ms = our store's \`layer resolved\` ms per layer (p50; the ${baselineName} store logs no such time: n/a).`,
+      '',
+      `| image | network | format | ours: pull + run = total | ${baselineName}: pull + run = total | ratio ours/${baselineName} | registry MB during start, ours / ${baselineName} | run-phase MB, ours / ${baselineName} | reg/blob, ours / ${baselineName} | peak RSS MB, ours / ${baselineName} | resolve ms per layer (ours) |`,
+      '|---|---|---|---|---|---:|---|---|---|---|---|',
+    );
+    for (const r of rows) {
+      const ratioText = x(ratio(r.ours?.totalS.p50, r.base?.totalS.p50));
+      out.push(
+        `| ${r.image} | ${r.network} | ${r.format} | ${triple(r.ours)} | ${triple(r.base)} | ${ratioText} | ${pair(r.ours ? range(r.ours.registryMB, 1) : '–', r.base ? range(r.base.registryMB, 1) : '–')} | ${pair(r.ours ? range(r.ours.runRegistryMB, 1) : '–', r.base ? range(r.base.runRegistryMB, 1) : '–')} | ${pair(r.ours ? p50(r.ours.registryPerBlob) : '–', r.base ? p50(r.base.registryPerBlob) : '–')} | ${pair(r.ours ? range(r.ours.storeRssMB) : '–', r.base ? range(r.base.storeRssMB) : '–')} | ${resolveText(r.ours, 'n/a')} |`,
+      );
+    }
+    out.push('');
+  }
+  const withLayers = s.filter((c) => c.okRuns > 0 && c.layers.length > 0 && c.mode !== 'full-gzip');
+  if (withLayers.length > 0) {
+    out.push(
+      '## Per layer (lazy modes)',
+      '',
+      "Registry MB of each blob during the start window (p50) against its compressed size, and our store's resolution ms (p50; n/a for a store that does not log it).",
+      '',
+      '| image | network | mode | layer | blob MB | fetched MB during start | fetched / blob | resolve ms |',
+      '|---|---|---|---|---:|---:|---:|---:|',
+    );
+    for (const c of withLayers) {
+      if (!c.mode.startsWith('lazy-') && !c.mode.startsWith('baseline-')) continue;
+      for (const l of c.layers) {
+        out.push(
+          `| ${c.image} | ${c.network} | ${c.mode} | ${l.digest.slice(7, 19)} | ${f(l.blobMB, 1)} | ${p50(l.startMB, 1)} | ${l.startMB.n > 0 && l.blobMB > 0 ? f(l.startMB.p50 / l.blobMB, 3) : '–'} | ${l.resolveMs.n > 0 ? f(l.resolveMs.p50, 0) : c.mode.startsWith('baseline-') ? 'n/a' : '–'} |`,
+        );
+      }
+    }
+    out.push('');
+  }
+  const loads = s.filter((c) => c.okRuns > 0 && c.coldReadMBs.n > 0);
+  if (loads.length > 0) {
+    out.push(
+      '## Model load (whole shard read at start)',
+      '',
+      'Cold = `cat` of the shard right after start, warm = `cat` of it again, then `sha256sum` checks every byte (untimed); MB/s inside the container (p50). Start + read = pull + first run; vs full = that total against a full pull + the same read.',
+      '',
+      '| image | network | mode | cold read MB/s | warm re-read MB/s | pull + run = total | vs full | peak RSS MB |',
+      '|---|---|---|---:|---:|---|---:|---:|',
+    );
+    for (const c of loads) {
+      out.push(
+        `| ${c.image} | ${c.network} | ${c.mode} | ${p50(c.coldReadMBs, 0)} | ${p50(c.warmReadMBs, 0)} | ${triple(c)} | ${x(c.vsFull)} | ${range(c.storeRssMB)} |`,
+      );
+    }
+    out.push('');
+  }
+  return out;
 }
 
 function oneLine(s: string): string {
