@@ -388,6 +388,10 @@ async function main(): Promise<void> {
             const cell = cells.get(m.id)!;
             // a mode that failed once is not retried in the same cell (keeps broken modes cheap)
             if (cell.skipped || cell.iterations.some((r) => !r.ok)) continue;
+            if (m.store && storeFailures.has(m.store)) {
+              if (cell.iterations.length === 0) cell.skipped = storeFailures.get(m.store)!;
+              continue;
+            }
             if (aborting()) return;
             const image = fo.find((x) => x.format === m.format)?.image;
             const r = await runIteration({
@@ -404,6 +408,13 @@ async function main(): Promise<void> {
             // an iteration cut short by Ctrl-C is not a measurement
             if (aborting()) return;
             cell.iterations.push(r);
+            if (r.storeStartFailed && m.store && !storeFailures.has(m.store)) {
+              // said once; the store's other cells are skipped instead of failing one by one
+              const why = `the ${m.store} store stopped starting: ${(r.error ?? '').replace(/\s+/g, ' ').slice(0, 600)}`;
+              storeFailures.set(m.store, why);
+              res.storeFailures = Object.fromEntries(storeFailures);
+              say(`ERROR: ${why}; its remaining modes are skipped`);
+            }
             say(
               r.ok
                 ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`

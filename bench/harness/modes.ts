@@ -140,6 +140,8 @@ export interface IterationResult {
   storePeakRssKiB?: number;
   storeCpuMs?: number;
   storeForcedUnmount?: boolean;
+  /** The store did not start (the harness then skips that store's remaining modes). */
+  storeStartFailed?: boolean;
   output?: string;
 }
 
@@ -215,6 +217,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         config = join(dir, 'store-config.toml');
         await writeFile(config, '# sgz benchmark: store defaults\n');
       }
+      res.storeStartFailed = true;
       store = await startStore({
         command: cmd.argv,
         root: storeRoot,
@@ -228,6 +231,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         stopSignal: cmd.stopSignal,
         logFile: join(dir, 'store.log'),
       });
+      delete res.storeStartFailed;
       storage = { kind: 'als', mount: mnt };
     }
     podman = await PodmanEnv.create({
