@@ -1,5 +1,6 @@
 import { ratio, summarize, type Summary } from '../lib/stats.js';
 import type { IterationResult } from './modes.js';
+import { parseNetwork } from './networks.js';
 
 /** Aggregation of iterations into cells (image x network x mode) and the markdown report. Pure. */
 
@@ -214,6 +215,16 @@ export function renderMarkdown(meta: MarkdownMeta, s: readonly CellSummary[]): s
     }
     out.push('');
   }
+  const bt = baselineTargetChecks(s, meta.baselineName);
+  if (bt.length > 0) {
+    out.push('## Targets (issues 10 and 11)', '', '| check | target | measured | met |', '|---|---|---|---|');
+    for (const t of bt) {
+      out.push(
+        `| ${t.what} | ${t.target} | ${t.measured} | ${t.met === undefined ? '–' : t.met ? 'yes' : 'no'} |`,
+      );
+    }
+    out.push('');
+  }
   const checks = targetChecks(s);
   out.push('## Targets (issue 6)', '', '| check | target | measured | met |', '|---|---|---|---|');
   for (const t of checks) {
@@ -332,6 +343,76 @@ export function renderBaselineComparison(s: readonly CellSummary[], baselineName
       );
     }
     out.push('');
+  }
+  return out;
+}
+
+const maybe = (a: number | undefined, b: number | undefined, ok: (a: number, b: number) => boolean) =>
+  a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) ? undefined : ok(a, b);
+
+/**
+ * Issue 10 (start-up vs the baseline, per network and format: total <= 0.9x, pull phase <= the
+ * baseline's, registry bytes during the start <= 1.5x, peak RSS <= 150 MB) and issue 11 (model-load:
+ * cold read >= 200 MB/s on loopback and >= 0.9x the link rate when shaped, warm re-read >= the
+ * baseline's, start + read <= 0.5x a full pull + the same read), on whatever the run measured.
+ */
+export function baselineTargetChecks(s: readonly CellSummary[], baselineName = 'Go'): TargetCheck[] {
+  const out: TargetCheck[] = [];
+  for (const r of baselineRows(s)) {
+    const where = `${r.image}, ${r.network}, ${r.format}`;
+    const o = r.ours;
+    const b = r.base;
+    if (!r.image.endsWith('+model-load')) {
+      out.push(
+        {
+          what: `${where}: total vs ${baselineName}`,
+          target: '<= 0.9x',
+          measured: x(ratio(o?.totalS.p50, b?.totalS.p50)),
+          met: maybe(o?.totalS.p50, b?.totalS.p50, (a, c) => a <= 0.9 * c),
+        },
+        {
+          what: `${where}: pull phase vs ${baselineName}`,
+          target: `<= ${baselineName}`,
+          measured: `${o ? f(o.pullS.p50) : '–'} vs ${b ? f(b.pullS.p50) : '–'} s`,
+          met: maybe(o?.pullS.p50, b?.pullS.p50, (a, c) => a <= c),
+        },
+        {
+          what: `${where}: registry bytes during start vs ${baselineName}`,
+          target: '<= 1.5x',
+          measured: x(ratio(o?.registryMB.p50, b?.registryMB.p50)),
+          met: maybe(o?.registryMB.p50, b?.registryMB.p50, (a, c) => a <= 1.5 * c),
+        },
+      );
+    } else {
+      const link = parseNetwork(r.network);
+      const want = link.rateMbit === undefined ? 200 : (0.9 * link.rateMbit) / 8;
+      out.push(
+        {
+          what: `${where}: cold read of the shard`,
+          target: `>= ${f(want, 1)} MB/s`,
+          measured: o && o.coldReadMBs.n > 0 ? `${f(o.coldReadMBs.p50, 1)} MB/s` : 'not measured',
+          met: maybe(o?.coldReadMBs.p50, want, (a, c) => a >= c),
+        },
+        {
+          what: `${where}: warm re-read vs ${baselineName}`,
+          target: `>= ${baselineName}`,
+          measured: `${o ? p50(o.warmReadMBs, 0) : '–'} vs ${b ? p50(b.warmReadMBs, 0) : '–'} MB/s`,
+          met: maybe(o?.warmReadMBs.p50, b?.warmReadMBs.p50, (a, c) => a >= c),
+        },
+        {
+          what: `${where}: start + read vs full pull + read`,
+          target: '<= 0.5x',
+          measured: x(o?.vsFull),
+          met: maybe(o?.vsFull, 0.5, (a, c) => a <= c),
+        },
+      );
+    }
+    out.push({
+      what: `${where}: our peak RSS`,
+      target: '<= 150 MB',
+      measured: o && o.storeRssMB.n > 0 ? `${f(o.storeRssMB.max, 0)} MB (max)` : 'not measured',
+      met: maybe(o?.storeRssMB.max, 150, (a, c) => a <= c),
+    });
   }
   return out;
 }

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { IterationResult, LayerStat } from '../../bench/harness/modes.js';
 import {
   baselineRows,
+  baselineTargetChecks,
   renderBaselineComparison,
   renderMarkdown,
   summarizeAll,
@@ -78,6 +79,13 @@ const cells: Cell[] = [
   cell('large+model-load', 'loopback', 'lazy-estargz', [
     run(1, 1, 5, { runMB: 130, rssMB: 400, cold: 4000, warm: 60 }),
   ]),
+  cell('large+model-load', 'loopback', 'baseline-estargz', [
+    run(1, 0.5, 8, { runMB: 120, rssMB: 90, cold: 6000, warm: 40 }),
+  ]),
+  cell('large+model-load', '100mbit-30ms', 'lazy-estargz', [
+    run(1, 2, 10, { rssMB: 140, cold: 10_000, warm: 60 }),
+  ]),
+  cell('large+model-load', '100mbit-30ms', 'baseline-estargz', [run(1, 2, 20, { cold: 20_000, warm: 60 })]),
 ];
 
 describe('ours vs baseline report', () => {
@@ -102,6 +110,8 @@ describe('ours vs baseline report', () => {
     expect(rows.map((r) => [r.image, r.format, !!r.ours, !!r.base, !!r.full])).toEqual([
       ['large', 'estargz', true, true, true],
       ['large', 'zstd-chunked', true, false, true],
+      ['large+model-load', 'estargz', true, true, true],
+      ['large+model-load', 'estargz', true, true, false],
     ]);
   });
 
@@ -125,6 +135,40 @@ describe('ours vs baseline report', () => {
     expect(renderMarkdown({ title: 'T', lines: [], baselineName: 'Go' }, s)).toContain(
       '## Ours vs the baseline store (Go)',
     );
+  });
+
+  it('evaluates the targets of issues 10 and 11 per network and format', () => {
+    const t = baselineTargetChecks(s);
+    const get = (what: string) => t.find((c) => c.what === what)!;
+    expect(get('large, loopback, estargz: total vs Go')).toMatchObject({ measured: '1.75x', met: false });
+    expect(get('large, loopback, estargz: pull phase vs Go').met).toBe(false); // 1.5 vs 0.5 s
+    expect(get('large, loopback, estargz: registry bytes during start vs Go')).toMatchObject({
+      measured: '6.92x', // 90 / 13 MB
+      met: false,
+    });
+    expect(get('large, loopback, estargz: our peak RSS').met).toBe(false); // 300 MB max
+    // a missing baseline gives "not measurable", never a pass
+    expect(get('large, loopback, zstd-chunked: total vs Go').met).toBeUndefined();
+    // model-load: 120 MB in 4 s = 30 MB/s cold on loopback (target 200); warm 2000 vs 3000 MB/s
+    expect(get('large+model-load, loopback, estargz: cold read of the shard')).toMatchObject({
+      target: '>= 200.0 MB/s',
+      met: false,
+    });
+    expect(get('large+model-load, loopback, estargz: warm re-read vs Go').met).toBe(false);
+    expect(get('large+model-load, loopback, estargz: start + read vs full pull + read')).toMatchObject({
+      measured: '0.50x',
+      met: true,
+    });
+    // shaped link: 0.9 x 100 Mbit/s = 11.25 MB/s; 120 MB in 10 s = 12 MB/s
+    expect(get('large+model-load, 100mbit-30ms, estargz: cold read of the shard')).toMatchObject({
+      target: '>= 11.3 MB/s',
+      met: true,
+    });
+    expect(get('large+model-load, 100mbit-30ms, estargz: our peak RSS').met).toBe(true);
+    expect(
+      get('large+model-load, 100mbit-30ms, estargz: start + read vs full pull + read').met,
+    ).toBeUndefined();
+    expect(renderMarkdown({ title: 'T', lines: [] }, s)).toContain('## Targets (issues 10 and 11)');
   });
 
   it('renders nothing for a run without baseline, layers or model loads', () => {
