@@ -331,6 +331,7 @@ async function main(): Promise<void> {
             const image = fo.find((x) => x.format === m.format)?.image;
             const r = await runIteration({
               ...(image ? { layers: image.layers } : {}),
+              resolveProbe: o.resolveProbe && w.kind !== 'model-load',
               workDir: o.workDir,
               path,
               workload: w,
@@ -352,7 +353,7 @@ async function main(): Promise<void> {
             }
             say(
               r.ok
-                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
+                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.layers?.some((l) => l.lookupMs !== undefined) ? `, lookup ms ${r.layers.map((l) => (l.lookupMs !== undefined ? l.lookupMs.toFixed(0) : '-')).join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
                 : `${cell.image} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
             await writeOutputs(o, res);

@@ -1,4 +1,4 @@
-import { copyFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
 import { onCleanup } from '../lib/cleanup.js';
@@ -113,6 +113,55 @@ export interface LayerStat {
   startRequests: number;
   /** Our store's `layer resolved` ms (first lookup to answer); absent when the store does not log it. */
   resolveMs?: number;
+  /**
+   * --resolve-probe: ms of `stat <mnt>/<base64 ref>/<digest>/diff` from the harness on a fresh
+   * instance of the same store, layers in image order (the first one includes the manifest fetch);
+   * measured the same way for every store.
+   */
+  lookupMs?: number;
+}
+
+/**
+ * Time the ALS lookup of each layer (what c/storage does first) on a fresh store instance, outside
+ * the measured window: start, `stat` the layers' `diff` in image order, stop. The stat runs in the
+ * harness process, never in the store serving the mount.
+ */
+async function probeLookups(
+  dir: string,
+  cmd: StoreCommand,
+  config: string,
+  ref: string,
+  layers: ReadonlyArray<{ digest: string }>,
+  prefix: string[],
+): Promise<number[]> {
+  const q = join(dir, 'q');
+  const mnt = join(q, 'm');
+  const st = await startStore({
+    command: cmd.argv,
+    root: join(q, 'root'),
+    mountpoint: mnt,
+    addr: join(q, 's.sock'),
+    config,
+    logLevel: cmd.logLevel,
+    ...(cmd.flags ? { flags: cmd.flags } : {}),
+    ...(cmd.extraArgs ? { extraArgs: cmd.extraArgs } : {}),
+    prefix,
+    stopSignal: cmd.stopSignal,
+    logFile: join(q, 'store.log'),
+  });
+  const out: number[] = [];
+  try {
+    const refDir = join(mnt, Buffer.from(ref).toString('base64'));
+    for (const l of layers) {
+      const t0 = performance.now();
+      await stat(join(refDir, l.digest, 'diff'));
+      out.push(performance.now() - t0);
+    }
+  } finally {
+    await st.stop();
+    await unmountUnder(q);
+  }
+  return out;
 }
 
 export interface IterationResult {
@@ -158,6 +207,8 @@ export interface IterationContext {
   failedLogDir?: string;
   /** The image's layers (digest, compressed size) for per-layer figures. */
   layers?: ReadonlyArray<{ digest: string; size: number }>;
+  /** Time each layer's lookup on a fresh store first (see probeLookups). */
+  resolveProbe?: boolean;
 }
 
 /**
@@ -176,6 +227,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
   const res: IterationResult = { iteration: ctx.iteration, ok: false };
   let store: RunningStore | undefined;
   let podman: PodmanEnv | undefined;
+  let lookupMs: number[] | undefined;
   const mnt = join(dir, 'm');
   // teardown order: Podman first (an ALS must still be mounted to see its release), then the store
   const teardown = onCleanup(`iteration ${dir}`, async () => {
@@ -216,6 +268,11 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         // an explicit (empty) config: a missing non-default config file is fatal for the Go store
         config = join(dir, 'store-config.toml');
         await writeFile(config, '# sgz benchmark: store defaults\n');
+      }
+      if (ctx.resolveProbe && ctx.layers) {
+        lookupMs = await probeLookups(dir, cmd, config, ref, ctx.layers, path.prefix);
+        // let the probe store's cut-off responses reach the access log before the window opens
+        await path.registry.settle(300, 3000);
       }
       res.storeStartFailed = true;
       store = await startStore({
@@ -268,6 +325,9 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         startBytes: per[l.digest]?.bytes ?? 0,
         startRequests: per[l.digest]?.requests ?? 0,
       }));
+      lookupMs?.forEach((ms, i) => {
+        if (res.layers?.[i]) res.layers[i].lookupMs = ms;
+      });
     }
     if (workload.kind === 'model-load') {
       const t = parseModelLoadOutput(r.output);

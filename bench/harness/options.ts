@@ -25,6 +25,7 @@ export interface HarnessOptions {
   baselineArgs: string[];
   baselineConfig?: string;
   workloads: WorkloadKind[];
+  resolveProbe: boolean;
   profile: string;
   workDir: string;
   out: string;
@@ -92,6 +93,11 @@ export function buildCommand(): Command {
       '--workload <list>',
       `what the first run does: ${WORKLOAD_KINDS.join(', ')} (model-load reads a whole model shard; large image only)`,
       'startup',
+    )
+    .option(
+      '--resolve-probe',
+      'before each lazy iteration, time `stat <mnt>/<ref>/<digest>/diff` per layer on a fresh store (same for every store; startup workload)',
+      false,
     )
     .option(
       '--profile <source>',
@@ -176,6 +182,7 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
       .filter(Boolean),
     ...(o.baselineConfig ? { baselineConfig: String(o.baselineConfig) } : {}),
     workloads: kinds as WorkloadKind[],
+    resolveProbe: Boolean(o.resolveProbe),
     profile: String(o.profile),
     workDir,
     out: resolve(String(o.out)),

@@ -56,6 +56,8 @@ export interface LayerSummary {
   startMB: Summary;
   /** Our store's `layer resolved` ms (empty when the store does not log it). */
   resolveMs: Summary;
+  /** --resolve-probe: lookup of the layer's diff on a fresh store, timed by the harness. */
+  lookupMs: Summary;
 }
 
 function layerSummaries(ok: readonly IterationResult[]): LayerSummary[] {
@@ -67,6 +69,7 @@ function layerSummaries(ok: readonly IterationResult[]): LayerSummary[] {
       blobMB: l.blobBytes / 1e6,
       startMB: summarize(per.map((x) => x.startBytes / 1e6)),
       resolveMs: summarize(per.flatMap((x) => (x.resolveMs !== undefined ? [x.resolveMs] : []))),
+      lookupMs: summarize(per.flatMap((x) => (x.lookupMs !== undefined ? [x.lookupMs] : []))),
     };
   });
 }
@@ -283,6 +286,12 @@ function resolveText(c: CellSummary | undefined, na: string): string {
   return ls.map((l) => f(l.resolveMs.p50, 0)).join(', ');
 }
 
+/** Per-layer lookup p50s of the probe, "a, b, c" (ms), or "–" when not probed. */
+function lookupText(c: CellSummary | undefined): string {
+  const ls = c?.layers.filter((l) => l.lookupMs.n > 0) ?? [];
+  return ls.length === 0 ? '–' : ls.map((l) => f(l.lookupMs.p50, 0)).join(', ');
+}
+
 /**
  * Markdown: the issue-shaped ours-vs-baseline table (p50s; ranges min-max for bytes and RSS), the
  * per-layer figures, and the model-load read rates. Empty when no baseline mode ran.
@@ -294,15 +303,15 @@ export function renderBaselineComparison(s: readonly CellSummary[], baselineName
     out.push(
       `## Ours vs the baseline store (${baselineName})`,
       '',
-      `p50 seconds; "registry MB" = registry response bytes from the start of the pull to 300 ms after the first run (ranges over runs); "run phase" = the part of it after the pull (start-up reads and background fetch while the container starts and runs); "reg/blob" = registry bytes / compressed image bytes; resolve ms = our store's \`layer resolved\` ms per layer (p50; the ${baselineName} store logs no such time: n/a).`,
+      `p50 seconds; "registry MB" = registry response bytes from the start of the pull to 300 ms after the first run (ranges over runs); "run phase" = the part of it after the pull (start-up reads and background fetch while the container starts and runs); "reg/blob" = registry bytes / compressed image bytes; resolve ms = our store's \`layer resolved\` ms per layer (p50; the ${baselineName} store logs no such time: n/a); lookup ms (with --resolve-probe) = \`stat <mnt>/<ref>/<digest>/diff\` per layer in image order on a fresh store, timed by the harness the same way for both stores (p50; the first includes the manifest).`,
       '',
-      `| image | network | format | ours: pull + run = total | ${baselineName}: pull + run = total | ratio ours/${baselineName} | registry MB during start, ours / ${baselineName} | run-phase MB, ours / ${baselineName} | reg/blob, ours / ${baselineName} | peak RSS MB, ours / ${baselineName} | resolve ms per layer (ours) |`,
-      '|---|---|---|---|---|---:|---|---|---|---|---|',
+      `| image | network | format | ours: pull + run = total | ${baselineName}: pull + run = total | ratio ours/${baselineName} | registry MB during start, ours / ${baselineName} | run-phase MB, ours / ${baselineName} | reg/blob, ours / ${baselineName} | peak RSS MB, ours / ${baselineName} | resolve ms per layer (ours) | lookup ms per layer (probe), ours / ${baselineName} |`,
+      '|---|---|---|---|---|---:|---|---|---|---|---|---|',
     );
     for (const r of rows) {
       const ratioText = x(ratio(r.ours?.totalS.p50, r.base?.totalS.p50));
       out.push(
-        `| ${r.image} | ${r.network} | ${r.format} | ${triple(r.ours)} | ${triple(r.base)} | ${ratioText} | ${pair(r.ours ? range(r.ours.registryMB, 1) : '–', r.base ? range(r.base.registryMB, 1) : '–')} | ${pair(r.ours ? range(r.ours.runRegistryMB, 1) : '–', r.base ? range(r.base.runRegistryMB, 1) : '–')} | ${pair(r.ours ? p50(r.ours.registryPerBlob) : '–', r.base ? p50(r.base.registryPerBlob) : '–')} | ${pair(r.ours ? range(r.ours.storeRssMB) : '–', r.base ? range(r.base.storeRssMB) : '–')} | ${resolveText(r.ours, 'n/a')} |`,
+        `| ${r.image} | ${r.network} | ${r.format} | ${triple(r.ours)} | ${triple(r.base)} | ${ratioText} | ${pair(r.ours ? range(r.ours.registryMB, 1) : '–', r.base ? range(r.base.registryMB, 1) : '–')} | ${pair(r.ours ? range(r.ours.runRegistryMB, 1) : '–', r.base ? range(r.base.runRegistryMB, 1) : '–')} | ${pair(r.ours ? p50(r.ours.registryPerBlob) : '–', r.base ? p50(r.base.registryPerBlob) : '–')} | ${pair(r.ours ? range(r.ours.storeRssMB) : '–', r.base ? range(r.base.storeRssMB) : '–')} | ${resolveText(r.ours, 'n/a')} | ${pair(lookupText(r.ours), lookupText(r.base))} |`,
       );
     }
     out.push('');
@@ -314,14 +323,14 @@ export function renderBaselineComparison(s: readonly CellSummary[], baselineName
       '',
       "Registry MB of each blob during the start window (p50) against its compressed size, and our store's resolution ms (p50; n/a for a store that does not log it).",
       '',
-      '| image | network | mode | layer | blob MB | fetched MB during start | fetched / blob | resolve ms |',
-      '|---|---|---|---|---:|---:|---:|---:|',
+      '| image | network | mode | layer | blob MB | fetched MB during start | fetched / blob | resolve ms | lookup ms (probe) |',
+      '|---|---|---|---|---:|---:|---:|---:|---:|',
     );
     for (const c of withLayers) {
       if (!c.mode.startsWith('lazy-') && !c.mode.startsWith('baseline-')) continue;
       for (const l of c.layers) {
         out.push(
-          `| ${c.image} | ${c.network} | ${c.mode} | ${l.digest.slice(7, 19)} | ${f(l.blobMB, 1)} | ${p50(l.startMB, 1)} | ${l.startMB.n > 0 && l.blobMB > 0 ? f(l.startMB.p50 / l.blobMB, 3) : '–'} | ${l.resolveMs.n > 0 ? f(l.resolveMs.p50, 0) : c.mode.startsWith('baseline-') ? 'n/a' : '–'} |`,
+          `| ${c.image} | ${c.network} | ${c.mode} | ${l.digest.slice(7, 19)} | ${f(l.blobMB, 1)} | ${p50(l.startMB, 1)} | ${l.startMB.n > 0 && l.blobMB > 0 ? f(l.startMB.p50 / l.blobMB, 3) : '–'} | ${l.resolveMs.n > 0 ? f(l.resolveMs.p50, 0) : c.mode.startsWith('baseline-') ? 'n/a' : '–'} | ${l.lookupMs.n > 0 ? f(l.lookupMs.p50, 0) : '–'} |`,
         );
       }
     }

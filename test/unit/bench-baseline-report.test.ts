@@ -171,6 +171,21 @@ describe('ours vs baseline report', () => {
     expect(renderMarkdown({ title: 'T', lines: [] }, s)).toContain('## Targets (issues 10 and 11)');
   });
 
+  it('shows the probed lookup ms per layer for both stores', () => {
+    const probed = (ms: number[]) => layers(undefined, 1).map((l, i) => ({ ...l, lookupMs: ms[i]! }));
+    const p = summarizeAll([
+      cell('large', 'loopback', 'lazy-estargz', [
+        run(1, 1, 1, { layers: probed([400, 20]) }),
+        run(2, 1, 1, { layers: probed([600, 40]) }),
+      ]),
+      cell('large', 'loopback', 'baseline-estargz', [run(1, 1, 1, { layers: probed([90, 3]) })]),
+    ]);
+    expect(p[0]!.layers.map((l) => l.lookupMs.p50)).toEqual([500, 30]);
+    const md = renderBaselineComparison(p).join('\n');
+    expect(md).toMatch(/\| 500, 30 \/ 90, 3 \|$/m);
+    expect(md).toMatch(/\| large \| loopback \| baseline-estargz \| 111111111111 \| .* \| n\/a \| 90 \|$/m);
+  });
+
   it('renders nothing for a run without baseline, layers or model loads', () => {
     expect(renderBaselineComparison(summarizeAll([cells[0]!]))).toEqual([]);
   });
