@@ -37,7 +37,7 @@ cd "$REPO"
 npm run build --silent
 start=$(date +%s)
 node dist/bench/harness/main.js --images large --scale "$SCALE" --iterations "$ITERATIONS" \
-  --networks "$NETWORKS" --modes "$MODES" --workload "$WORKLOAD" \
+  --networks "$NETWORKS" --modes "$MODES" --workload "$WORKLOAD" --resolve-probe \
   --baseline-store "$GO_STORE" --baseline-flavour go --store-config "$STORE_CONFIG" \
   --work-dir "$WORK_DIR" --out "$OUT"
 end=$(date +%s)
