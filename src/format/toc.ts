@@ -276,8 +276,3 @@ export async function parsePreparedToc(
   if (typeof tarSplitDigest === 'string' && tarSplitDigest !== '') out.tarSplitDigest = tarSplitDigest;
   return out;
 }
-
-/** Parse TOC JSON bytes on the calling thread. Throws E_BAD_TOC or E_TOO_MANY_ENTRIES. */
-export async function parseTocJson(json: Buffer, opts: { maxEntries: number }): Promise<ParsedToc> {
-  return await parsePreparedToc(prepareTocInline(json), opts);
-}
