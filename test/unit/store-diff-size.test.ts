@@ -147,7 +147,10 @@ describe('OLD info diff-size', () => {
     // ... the record gets the measured size (written asynchronously), and a restarted store
     // (registry down) serves it
     await vi.waitFor(async () =>
-      expect(await savedRecord(root, ref, d)).toMatchObject({ diffSize: measured, diffSizeSource: 'measured' }),
+      expect(await savedRecord(root, ref, d)).toMatchObject({
+        diffSize: measured,
+        diffSizeSource: 'measured',
+      }),
     );
     registry.down = true;
     try {
