@@ -3,16 +3,21 @@ import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../f
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { backgroundPass } from './background.js';
-import { ChunkLoader, ZEROS, type ChunkBytes } from './chunk-loader.js';
+import { asBlobSource } from '../util/blob-read.js';
+import { ChunkLoader, ZEROS, type ChunkBytes, type LoadOptions } from './chunk-loader.js';
+import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { withDeadline } from './deadline.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
+import { SpanFetcher } from './span-fetcher.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
+import type { RangeReader } from '../util/range-reader.js';
 import type { BlobSource, LayerState, ReadOptions } from './types.js';
 
 export interface LazyLayerOptions {
   index: LayerIndex;
-  source: BlobSource;
+  /** A plain RangeReader is read through the single-read fallback. */
+  source: BlobSource | RangeReader;
   cache: ChunkCache;
   /** Stable id for pins, logs and persisted state (e.g. the blob digest). */
   layerKey: string;
@@ -30,14 +35,21 @@ export interface LazyLayerOptions {
   prefetchBatchBytes?: number;
   /** Fetch the whole layer in the background after the prefetch. Default true. */
   backgroundFetch?: boolean;
-  /** Compressed bytes per background request. Default 8 MiB. */
+  /**
+   * Compressed bytes per background request. Default 2 MiB: a preempted unit loses at most this
+   * much work, and window x unit bounds the pass's memory.
+   */
   backgroundUnitBytes?: number;
   /** Background units of this layer in flight at once. Default 2. */
   backgroundWindow?: number;
-  /** Missing spans closer than this are fetched as one range. Default 4096. */
+  /** Missing spans of an on-demand read closer than this are fetched as one range. Default 4096. */
   maxGap?: number;
-  /** Parallel single-range reads when the source has no readRanges. Default 8. */
-  rangeConcurrency?: number;
+  /** Prefetch spans closer than this are fetched as one range. Default 1 MiB. */
+  prefetchMaxGap?: number;
+  /** Local compressed bytes, asked before the network (the resume store). */
+  localBytes?: LocalCompressedBytes;
+  /** Receives every compressed byte fetched from the network, once (the resume store). */
+  onCompressedBytes?: CompressedBytesSink;
   /** Directory for persisted layer state (DiffID verified); none: nothing persisted. */
   stateDir?: string;
   /** Delay before retrying a failed background pass (multiplied by the attempt). Default 30 s. */
@@ -62,6 +74,9 @@ export class LazyLayer {
   private readonly scheduler: FetchScheduler;
   private readonly logger: Logger;
   private readonly loader: ChunkLoader;
+  private readonly fetcher: SpanFetcher;
+  /** Scheduler-clock time of the last on-demand read (background yields for a quiet period). */
+  private lastReadAt: number | undefined;
   private readonly context: ErrorContext;
   private readonly deadlineMs: number;
   private readonly closing = new AbortController();
@@ -98,19 +113,28 @@ export class LazyLayer {
         blobSize: opts.index.blobSize,
       });
     }
+    this.fetcher = new SpanFetcher({
+      source: asBlobSource(opts.source),
+      blobSize: opts.index.blobSize,
+      localBytes: opts.localBytes,
+      onCompressedBytes: opts.onCompressedBytes,
+      onFetched: (n) => {
+        this.bytesFetched += n;
+      },
+      logger: this.logger,
+      context: this.context,
+    });
     this.loader = new ChunkLoader({
-      source: opts.source,
+      fetcher: this.fetcher,
       cache: opts.cache,
       compression: opts.index.compression,
       blobSize: opts.index.blobSize,
       maxGap: opts.maxGap ?? 4096,
-      rangeConcurrency: opts.rangeConcurrency ?? 8,
+      prefetchMaxGap: opts.prefetchMaxGap ?? 1024 * 1024,
       logger: this.logger,
       context: this.context,
-      runFetch: (fn) => this.scheduler.foreground(fn),
-      onFetched: (n) => {
-        this.bytesFetched += n;
-      },
+      runFetch: (priority, fn, signal) =>
+        priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
       onVerified: (c) => this.markVerified(c),
     });
   }
@@ -185,6 +209,7 @@ export class LazyLayer {
         length,
       });
     }
+    this.lastReadAt = this.scheduler.clock.now();
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return Buffer.alloc(0);
     const chunks = chunksForRange(node, offset, end - offset);
@@ -202,6 +227,16 @@ export class LazyLayer {
       this.lastError = `${e.code}: ${e.message}`;
       throw e;
     }
+  }
+
+  /**
+   * Make `chunks` verified and cached at `priority` ('prefetch': the preemptible tier below
+   * on-demand reads), sharing every span already in flight. Resolves when done; rejects with the
+   * first chunk error.
+   */
+  async loadChunks(chunks: readonly Chunk[], opts: LoadOptions = {}): Promise<void> {
+    if (this.badError !== undefined) throw this.badError;
+    await this.loader.load(chunks, undefined, opts);
   }
 
   /** A snapshot; cheap and synchronous (chunk totals read 0 until the plan exists). */
@@ -300,7 +335,7 @@ export class LazyLayer {
       const b = batch;
       batch = [];
       try {
-        await this.loader.load(b);
+        await this.loader.load(b, undefined, { priority: 'prefetch', signal: this.closing.signal });
       } catch (err) {
         failed++;
         this.recordError(err, 'prefetch batch failed');
@@ -321,7 +356,7 @@ export class LazyLayer {
 
   private async runBackground(plan: LayerPlan): Promise<void> {
     const passes = this.opts.maxBackgroundPasses ?? 3;
-    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 8 * 1024 * 1024);
+    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 2 * 1024 * 1024);
     // A DiffID mismatch is checked once more with freshly fetched bytes before the layer is
     // declared bad: a corrupted cache or proxy on the way must not condemn a good layer.
     let recheck = false;
@@ -332,7 +367,8 @@ export class LazyLayer {
       try {
         const r = await backgroundPass({
           units,
-          loader: this.loader,
+          fetcher: this.fetcher,
+          lastRead: () => this.lastReadAt,
           cache: this.cache,
           scheduler: this.scheduler,
           compression: this.index.compression,
@@ -340,7 +376,7 @@ export class LazyLayer {
           window: Math.max(1, this.opts.backgroundWindow ?? 2),
           cancel: this.closing.signal,
           context: this.context,
-          ...(recheck ? { fresh: true } : {}),
+          bypassCache: recheck,
           onVerified: (c) => this.markVerified(c),
           onChunkError: (err) => this.recordError(err, 'background chunk verification failed'),
         });

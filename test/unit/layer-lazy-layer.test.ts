@@ -6,7 +6,13 @@ import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { FetchScheduler, LazyLayer, type LazyLayerOptions } from '../../src/layer/index.js';
+import {
+  FetchScheduler,
+  LazyLayer,
+  type ByteRange,
+  type LazyLayerOptions,
+  type ReadRangesOptions,
+} from '../../src/layer/index.js';
 import type { Logger } from '../../src/util/logger.js';
 import { StreamDigest } from '../../src/layer/diffid.js';
 import { CodecPool } from '../../src/format/codec-pool.js';
@@ -418,9 +424,9 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(stale).toBeDefined();
     const staleBlob = Buffer.concat([fx.blob.subarray(0, toc.offset), stale!]);
     class StaleCacheSource extends TestSource {
-      override async read(offset: number, length: number, signal?: AbortSignal, opts?: { fresh?: boolean }) {
-        const b = await super.read(offset, length, signal, opts);
-        return opts?.fresh === true ? b : Buffer.from(staleBlob.subarray(offset, offset + length));
+      protected override async readOne(r: ByteRange, opts: ReadRangesOptions): Promise<Buffer> {
+        const b = await super.readOne(r, opts);
+        return opts.bypassCache === true ? b : Buffer.from(staleBlob.subarray(r.offset, r.offset + r.length));
       }
     }
     const source = new StaleCacheSource(fx.blob);
