@@ -87,9 +87,10 @@ export class SpanFetcher {
       const joined = new Set<Batch>();
       const segments = this.plan(ranges, opts, joined);
       try {
-        const parts = await Promise.all(
-          segments.map(async (s) => ({ s, data: await raceAbort(s.data, opts.signal) })),
-        );
+        const all = Promise.all(segments.map(async (s) => ({ s, data: await s.data })));
+        const parts = await (opts.priority === 'background'
+          ? this.waitBackground(all, joined, opts.signal)
+          : raceAbort(all, opts.signal));
         return ranges.map((r) => assemble(r, parts, this.ctx.context));
       } catch (err) {
         // a shared fetch we joined was aborted by its own (background) owner: plan again
@@ -104,6 +105,41 @@ export class SpanFetcher {
         for (const b of joined) this.leave(b, opts);
       }
     }
+  }
+
+  /**
+   * A preempted background caller gives its fetches up, unless on-demand reads hold every one of
+   * them: then the bytes come anyway, and the caller takes them instead of fetching them again.
+   */
+  private waitBackground<T>(
+    all: Promise<T>,
+    joined: Set<Batch>,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
+    if (signal === undefined) return all;
+    all.catch(() => undefined);
+    return new Promise<T>((resolve, reject) => {
+      // checked a microtask later: the on-demand fetch that preempts us joins our spans in the
+      // same synchronous run, just after aborting the background tasks
+      const onAbort = (): void => {
+        void Promise.resolve().then(() => {
+          if ([...joined].every((b) => b.pinned > 0)) return;
+          reject(signal.reason as Error);
+        });
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      all.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e as Error);
+        },
+      );
+    });
   }
 
   /** Cut the ranges into in-flight, local and new spans; start one batch for the new ones. */
