@@ -150,6 +150,10 @@ export class ChunkCache {
       this.index.touch(hex);
       return mem;
     }
+    // A chunk whose disk write is still running (and already left a small memory LRU) is read
+    // back once written, never fetched again.
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) await writing;
     // Before the scan completes the index is partial, so the file may exist unknown to it.
     if (this.scanned && !this.index.has(hex)) {
       this.counters.misses++;

@@ -14,6 +14,11 @@
 export interface LocalCompressedBytes {
   /** True when every byte of [offset, offset+length) is held locally. Synchronous and cheap. */
   covered(offset: number, length: number): boolean;
+  /**
+   * Optional: the held parts of [offset, offset+length), sorted and disjoint, so a span partly
+   * held is fetched only for the rest. Without it, a span is local only when `covered` whole.
+   */
+  held?(offset: number, length: number): Array<{ offset: number; length: number }>;
   /** Exactly `length` bytes, or a rejection (the engine then fetches them from the network). */
   read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer>;
 }

@@ -404,6 +404,10 @@ export class LazyLayer {
       } catch (err) {
         if (this.closing.signal.aborted) return;
         this.recordError(err, `background fetch pass ${attempt} failed`);
+        // bad data (a stream that does not decompress, chunks failing verification) may come from
+        // a bad local copy: the next pass fetches from the origin
+        const code = asStoreError(err, 'E_IO').code;
+        if (code === 'E_DECOMPRESS' || code === 'E_DIGEST_MISMATCH') recheck = true;
         if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
       }
     }

@@ -150,25 +150,43 @@ export class SpanFetcher {
     const flights = this.flights
       .filter((f) => !f.batch.ctl.signal.aborted)
       .sort((a, b) => a.offset - b.offset);
+    const local = opts.bypassCache === true ? undefined : this.ctx.localBytes;
     const gap = (offset: number, end: number): void => {
       if (end <= offset) return;
-      const local = this.ctx.localBytes;
-      if (opts.bypassCache !== true && local !== undefined && local.covered(offset, end - offset)) {
-        const seg: Segment = { offset, end, data: Promise.resolve(Buffer.alloc(0)) };
-        seg.data = local.read(offset, end - offset, opts.signal).then(
-          (b) => {
-            if (b.length !== end - offset) throw new Error('short local read');
-            return b;
-          },
-          // a local copy that cannot be read is fetched again
-          (err: unknown) => {
-            this.ctx.logger.debug({ err, offset }, 'local compressed bytes unreadable; fetching');
-            return this.fetchNow([{ offset, end }], opts)[0]!;
-          },
-        );
-        segments.push(seg);
+      if (local?.held !== undefined && !local.covered(offset, end - offset)) {
+        // partly held: the held parts locally, the holes from the network
+        let pos = offset;
+        for (const h of local.held(offset, end - offset)) {
+          const from = Math.max(pos, h.offset);
+          const to = Math.min(end, h.offset + h.length);
+          if (to <= from) continue;
+          network(pos, from);
+          localSpan(from, to);
+          pos = to;
+        }
+        network(pos, end);
         return;
       }
+      if (local?.covered(offset, end - offset) === true) localSpan(offset, end);
+      else network(offset, end);
+    };
+    const localSpan = (offset: number, end: number): void => {
+      if (end <= offset || local === undefined) return;
+      const data = local
+        .read(offset, end - offset, opts.signal)
+        .then((b) => {
+          if (b.length !== end - offset) throw new Error(`short local read (${b.length} of ${end - offset})`);
+          return b;
+        })
+        // a local copy that cannot be read is fetched again
+        .catch((err: unknown) => {
+          this.ctx.logger.debug({ err, offset }, 'local compressed bytes unreadable; fetching');
+          return this.fetchNow([{ offset, end }], opts)[0]!;
+        });
+      segments.push({ offset, end, data });
+    };
+    const network = (offset: number, end: number): void => {
+      if (end <= offset) return;
       const seg: Segment = { offset, end, data: Promise.resolve(Buffer.alloc(0)) };
       fresh.push({ offset, end, segment: seg });
       segments.push(seg);
