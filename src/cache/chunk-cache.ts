@@ -96,7 +96,7 @@ export class ChunkCache {
     this.maxEntries = opts.maxEntries ?? 1_000_000;
     this.statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
     this.logger = opts.logger ?? silentLogger;
-    this.memory = new MemoryLru(opts.memoryBytes ?? 256 * 1024 * 1024);
+    this.memory = new MemoryLru(opts.memoryBytes ?? 32 * 1024 * 1024);
     for (const [k, v] of Object.entries({
       maxBytes: this.maxBytes,
       minFreeBytes: this.minFreeBytes,

@@ -432,7 +432,11 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
         prefetch: !config.noprefetch,
         prefetchBytes: config.prefetchSize,
         backgroundFetch: !config.noBackgroundFetch,
-        scheduler: new FetchScheduler({ backgroundConcurrency: config.maxConcurrency }),
+        scheduler: new FetchScheduler({
+          backgroundConcurrency: config.background.concurrency || config.maxConcurrency,
+          quietMs: config.background.quietMs,
+          bandwidthBytesPerSec: config.background.bandwidthBytesPerSec,
+        }),
         stateDir: join(config.root, 'layer-state'),
       },
     });

@@ -121,6 +121,17 @@ export interface StoreConfig {
     /** In-memory LRU in front of the disk cache; 0 = none. */
     memoryBytes: number;
   };
+  background: {
+    /**
+     * Background fetch waits this long after the last on-demand fetch (store-wide) and after the
+     * last read of the layer; ms.
+     */
+    quietMs: number;
+    /** Background network bytes per second, store-wide; 0 = unlimited. */
+    bandwidthBytesPerSec: number;
+    /** Background fetch tasks at once, store-wide; 0 = max_concurrency. */
+    concurrency: number;
+  };
   deadlines: {
     /** Resolving a layer (manifest, config, footer, TOC) on diff/info/blob lookup. */
     lookupSec: number;
@@ -430,6 +441,7 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
     kubeconfigKeychain: readKubeconfig(top.table_('kubeconfig_keychain')),
     resolver: readResolver(top.table_('resolver')),
     cache: readCache(top.table_('cache')),
+    background: readBackground(top.table_('background')),
     deadlines: readDeadlines(top.table_('deadlines')),
     platform: readPlatform(top.table_('platform')),
     registry: readRegistry(top.table_('registry')),
@@ -638,10 +650,20 @@ function readCache(s: Section): StoreConfig['cache'] {
   const c = {
     maxBytes: s.int('max_bytes', 10 * 1024 ** 3),
     minFreeBytes: s.int('min_free_bytes', 1024 ** 3),
-    memoryBytes: s.int('memory_bytes', 128 * 1024 ** 2),
+    memoryBytes: s.int('memory_bytes', 32 * 1024 ** 2),
   };
   s.finish();
   return c;
+}
+
+function readBackground(s: Section): StoreConfig['background'] {
+  const b = {
+    quietMs: s.int('quiet_ms', 2000),
+    bandwidthBytesPerSec: s.int('bandwidth_bytes_per_sec', 32 * 1024 ** 2),
+    concurrency: s.int('concurrency', 0),
+  };
+  s.finish();
+  return b;
 }
 
 function readDeadlines(s: Section): StoreConfig['deadlines'] {
