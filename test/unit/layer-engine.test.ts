@@ -15,13 +15,12 @@ import {
   type BlobSource,
   type ByteRange,
   type LazyLayerOptions,
-  type LocalCompressedBytes,
   type ReadRangesOptions,
 } from '../../src/layer/index.js';
 import { ManualClock } from '../../src/util/clock.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
-import { buildFixture, mixedSpecs, type Fixture } from './layer-fixture.js';
+import { buildFixture, MemoryLocalBytes, mixedSpecs, type Fixture } from './layer-fixture.js';
 
 interface Held {
   ranges: ByteRange[];
@@ -94,53 +93,6 @@ class HeldSource implements BlobSource {
   /** Requests that delivered bytes (not aborted). */
   delivered(): ByteRange[] {
     return this.held.filter((h) => h.settled && !h.aborted).flatMap((h) => h.ranges);
-  }
-}
-
-/** The resume helper's store, as far as the engine can tell: received bytes, by offset. */
-class MemoryLocalBytes implements LocalCompressedBytes {
-  readonly received: Array<{ offset: number; data: Buffer }> = [];
-  reads = 0;
-  readonly bytes: Buffer;
-  readonly have: Uint8Array;
-
-  constructor(size: number) {
-    this.bytes = Buffer.alloc(size);
-    this.have = new Uint8Array(size);
-  }
-
-  sink = (offset: number, data: Buffer): void => {
-    this.received.push({ offset, data: Buffer.from(data) });
-    data.copy(this.bytes, offset);
-    this.have.fill(1, offset, offset + data.length);
-  };
-
-  covered(offset: number, length: number): boolean {
-    for (let i = offset; i < offset + length; i++) if (this.have[i] !== 1) return false;
-    return true;
-  }
-
-  held(offset: number, length: number): ByteRange[] {
-    const out: ByteRange[] = [];
-    for (let i = offset; i < offset + length; i++) {
-      if (this.have[i] !== 1) continue;
-      const last = out[out.length - 1];
-      if (last !== undefined && last.offset + last.length === i) last.length++;
-      else out.push({ offset: i, length: 1 });
-    }
-    return out;
-  }
-
-  async read(offset: number, length: number): Promise<Buffer> {
-    this.reads++;
-    return Buffer.from(this.bytes.subarray(offset, offset + length));
-  }
-
-  /** Each byte received at most once, and every byte of [0, size) received. */
-  expectEachByteOnce(size: number): void {
-    const count = new Uint8Array(size);
-    for (const r of this.received) for (let i = 0; i < r.data.length; i++) count[r.offset + i]!++;
-    expect(count.every((n) => n === 1)).toBe(true);
   }
 }
 

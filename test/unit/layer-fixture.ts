@@ -11,6 +11,8 @@ import { gzipSync } from 'node:zlib';
 import type { Chunk, LayerIndex, PrefetchHint, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
 import type { BlobSource, ByteRange, ReadRangesOptions } from '../../src/layer/types.js';
+import type { LocalCompressedBytes } from '../../src/layer/compressed-store.js';
+import { expect } from 'vitest';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer };
 
@@ -256,5 +258,52 @@ export class TestSource implements BlobSource {
     for (const r of ranges) this.bytes += r.length;
     await this.wait(opts.signal);
     return await Promise.all(ranges.map((r) => this.serve(r, opts.signal)));
+  }
+}
+
+/** The resume helper's store, as far as the engine can tell: received bytes, by offset. */
+export class MemoryLocalBytes implements LocalCompressedBytes {
+  readonly received: Array<{ offset: number; data: Buffer }> = [];
+  reads = 0;
+  readonly bytes: Buffer;
+  readonly have: Uint8Array;
+
+  constructor(size: number) {
+    this.bytes = Buffer.alloc(size);
+    this.have = new Uint8Array(size);
+  }
+
+  sink = (offset: number, data: Buffer): void => {
+    this.received.push({ offset, data: Buffer.from(data) });
+    data.copy(this.bytes, offset);
+    this.have.fill(1, offset, offset + data.length);
+  };
+
+  covered(offset: number, length: number): boolean {
+    for (let i = offset; i < offset + length; i++) if (this.have[i] !== 1) return false;
+    return true;
+  }
+
+  held(offset: number, length: number): ByteRange[] {
+    const out: ByteRange[] = [];
+    for (let i = offset; i < offset + length; i++) {
+      if (this.have[i] !== 1) continue;
+      const last = out[out.length - 1];
+      if (last !== undefined && last.offset + last.length === i) last.length++;
+      else out.push({ offset: i, length: 1 });
+    }
+    return out;
+  }
+
+  async read(offset: number, length: number): Promise<Buffer> {
+    this.reads++;
+    return Buffer.from(this.bytes.subarray(offset, offset + length));
+  }
+
+  /** Each byte received at most once, and every byte of [0, size) received. */
+  expectEachByteOnce(size: number): void {
+    const count = new Uint8Array(size);
+    for (const r of this.received) for (let i = 0; i < r.data.length; i++) count[r.offset + i]!++;
+    expect(count.every((n) => n === 1)).toBe(true);
   }
 }
