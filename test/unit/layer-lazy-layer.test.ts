@@ -648,6 +648,7 @@ describe('LazyLayer bookkeeping stays off the hot path', () => {
           expectedDiffID: fx.diffID,
           backgroundUnitBytes: 8192,
           layerKey: `sha256:${String(i).repeat(64)}`,
+          diffIdWorker: true,
         }),
       };
     });
