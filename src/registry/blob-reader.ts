@@ -1,3 +1,4 @@
+import { mapLimit } from '../util/async.js';
 import { checkLengths, type BlobRangeSource, type ReadRangesOptions } from '../util/blob-read.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
@@ -231,23 +232,4 @@ function extract(spans: Span[], offset: number, length: number): Buffer | undefi
     pos = to;
   }
   return pos >= end ? out : undefined;
-}
-
-async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  let failed = false;
-  const worker = async () => {
-    while (!failed && next < items.length) {
-      const i = next++;
-      try {
-        out[i] = await fn(items[i]!);
-      } catch (err) {
-        failed = true;
-        throw err;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return out;
 }

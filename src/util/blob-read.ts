@@ -1,3 +1,4 @@
+import { mapLimit } from './async.js';
 import { StoreError, type ErrorContext } from './errors.js';
 import { BufferRangeReader, FileRangeReader, type RangeReader } from './range-reader.js';
 
@@ -35,27 +36,12 @@ export const SINGLE_READ_CONCURRENCY = 8;
  * The single-read fallback, written once: `read` each range, at most `concurrency` at a time;
  * the first failure stops handing out new reads and is reported.
  */
-export async function readEach(
+export function readEach(
   ranges: readonly ByteRange[],
   read: (r: ByteRange) => Promise<Buffer>,
   concurrency = SINGLE_READ_CONCURRENCY,
 ): Promise<Buffer[]> {
-  const out = new Array<Buffer>(ranges.length);
-  let next = 0;
-  let failed = false;
-  const worker = async (): Promise<void> => {
-    while (!failed && next < ranges.length) {
-      const i = next++;
-      try {
-        out[i] = await read(ranges[i]!);
-      } catch (err) {
-        failed = true;
-        throw err;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(Math.max(1, concurrency), ranges.length) }, worker));
-  return out;
+  return mapLimit(ranges, concurrency, read);
 }
 
 /** Throws E_TRUNCATED unless every buffer has exactly its range's length. */
