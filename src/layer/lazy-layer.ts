@@ -4,7 +4,8 @@ import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { backgroundPass } from './background.js';
 import { asBlobSource } from '../util/blob-read.js';
-import { ChunkLoader, ZEROS, type ChunkBytes, type LoadOptions } from './chunk-loader.js';
+import { assemble } from './assemble.js';
+import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { withDeadline } from './deadline.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
@@ -461,52 +462,6 @@ export class LazyLayer {
     this.logger.error({ err: this.badError }, 'layer marked bad');
     return false;
   }
-}
-
-/**
- * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). `ZEROS`
- * entries are zeros chunks: only the requested part of them is ever allocated.
- */
-function assemble(
-  node: TreeNode,
-  chunks: readonly Chunk[],
-  bufs: readonly ChunkBytes[],
-  offset: number,
-  end: number,
-  context: ErrorContext,
-): Buffer {
-  const first = chunks[0];
-  if (
-    chunks.length === 1 &&
-    first !== undefined &&
-    first.fileOffset <= offset &&
-    first.fileOffset + first.size >= end
-  ) {
-    const b = bufs[0];
-    if (b === ZEROS) return Buffer.alloc(end - offset);
-    return b!.subarray(offset - first.fileOffset, end - first.fileOffset);
-  }
-  const out = Buffer.allocUnsafe(end - offset);
-  let pos = offset;
-  for (let i = 0; i < chunks.length; i++) {
-    const c = chunks[i]!;
-    if (c.fileOffset > pos) break;
-    const from = pos - c.fileOffset;
-    const to = Math.min(end, c.fileOffset + c.size) - c.fileOffset;
-    const b = bufs[i];
-    if (b === ZEROS) out.fill(0, pos - offset, pos - offset + (to - from));
-    else b!.copy(out, pos - offset, from, to);
-    pos += to - from;
-  }
-  if (pos !== end || first === undefined || first.fileOffset > offset) {
-    throw new StoreError('E_BAD_TOC', 'file chunks do not cover the requested range', {
-      ...context,
-      path: node.path,
-      offset,
-      end,
-    });
-  }
-  return out;
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
