@@ -32,7 +32,10 @@ export interface LazyLayerOptions {
   prefetch?: boolean;
   /** Compressed prefix to prefetch when the layer has no landmark. Default 0. */
   prefetchBytes?: number;
-  /** Compressed bytes per prefetch batch. Default 16 MiB. */
+  /**
+   * Compressed bytes per prefetch batch (two batches in flight). Default 4 MiB: an on-demand read
+   * inside a batch in flight waits for that batch's request to complete, so batches stay small.
+   */
   prefetchBatchBytes?: number;
   /** Fetch the whole layer in the background after the prefetch. Default true. */
   backgroundFetch?: boolean;
@@ -331,30 +334,38 @@ export class LazyLayer {
 
   private async runPrefetch(plan: LayerPlan): Promise<void> {
     const end = this.prefetchEnd();
-    const batchBytes = this.opts.prefetchBatchBytes ?? 16 * 1024 * 1024;
+    const batchBytes = this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024;
     const wanted = plan.chunks.filter((c) => c.compressedOffset < end);
     const started = Date.now();
     let batch: Chunk[] = [];
     let batchStart = 0;
     let failed = 0;
+    // two batches in flight: the next request is already on its way when one completes
+    const inFlight: Array<Promise<void>> = [];
     const flush = async (): Promise<void> => {
       if (batch.length === 0) return;
       const b = batch;
       batch = [];
-      try {
-        await this.loader.load(b, undefined, { priority: 'prefetch', signal: this.closing.signal });
-      } catch (err) {
-        failed++;
-        this.recordError(err, 'prefetch batch failed');
-      }
+      inFlight.push(
+        this.loader.load(b, undefined, { priority: 'prefetch', signal: this.closing.signal }).then(
+          () => undefined,
+          (err: unknown) => {
+            failed++;
+            this.recordError(err, 'prefetch batch failed');
+          },
+        ),
+      );
+      while (inFlight.length >= 2) await inFlight.shift();
     };
     for (const c of wanted) {
-      if (this.closing.signal.aborted) return;
+      if (this.closing.signal.aborted) break;
       if (batch.length > 0 && c.compressedEnd - batchStart > batchBytes) await flush();
       if (batch.length === 0) batchStart = c.compressedOffset;
       batch.push(c);
     }
-    await flush();
+    if (!this.closing.signal.aborted) await flush();
+    await Promise.all(inFlight);
+    if (this.closing.signal.aborted) return;
     this.prefetchDone = true;
     if (wanted.length > 0) {
       this.logger.debug({ chunks: wanted.length, end, failed, ms: Date.now() - started }, 'prefetch done');
