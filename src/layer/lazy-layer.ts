@@ -164,6 +164,9 @@ export class LazyLayer {
    */
   start(): void {
     if (this.started !== undefined) return;
+    // a layer is started when a client resolves it, just before it reads it: the background
+    // fetch waits a quiet period from here too
+    this.lastReadAt ??= this.scheduler.clock.now();
     this.started = (async () => {
       await this.ensurePlan();
       if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {

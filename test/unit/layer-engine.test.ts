@@ -230,6 +230,24 @@ describe('LazyLayer fetch engine', () => {
     expect(layer.state().bytesFetched).toBe(fx.blob.length);
   });
 
+  it('background fetch waits the quiet period after start(), before any read (injected clock)', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const clock = new ManualClock();
+    const scheduler = new FetchScheduler({ quietMs: 2000, bandwidthBytesPerSec: 0, clock });
+    const layer = makeLayer(fx, source, { scheduler, backgroundFetch: true, expectedDiffID: fx.diffID });
+    layer.start();
+    await layer.whenPrefetched();
+    await settle();
+    clock.advance(1999);
+    await settle();
+    expect(source.held).toHaveLength(0);
+    clock.advance(1);
+    await layer.whenBackgroundDone();
+    expect(layer.state().fullyVerified).toBe(true);
+  });
+
   it('background fetch starts only after the quiet period following the last read (injected clock)', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
     const source = new HeldSource(fx.blob);
