@@ -6,9 +6,11 @@
  *   - `start()`: prefetch (landmark / none / `prefetchBytes`), then background fetch + DiffID check.
  *   - `read(node, offset, length, { signal?, deadlineMs? }): Promise<Buffer>` (read-only result).
  *   - `state(): LayerState` (cheap, synchronous; `uncompressedSize` once the DiffID matched),
- *     `pin()`, `unpin()`, `whenPrefetched()`, `whenBackgroundDone()`, `close()`.
+ *     `pin()`, `unpin()`, `whenPrefetched()`, `whenBackgroundDone()`, `close()`,
+ *     `loadChunks(chunks, { priority, signal })` (e.g. read-ahead at the prefetch tier).
  * - `FetchScheduler`: one per store, shared by all layers (on-demand work preempts background;
- *   `hashConcurrency` bounds the DiffID passes, each holding one worker thread, store-wide).
+ *   `hashConcurrency` bounds the DiffID passes store-wide; `quietMs`, `bandwidthBytesPerSec` and an
+ *   injectable `clock` make background work yield).
  * - `BlobSource`: the blob-read contract (`readRanges(ranges, { signal, bypassCache })`,
  *   util/blob-read.ts) or a plain RangeReader; `bypassCache` is set on the DiffID re-check pass.
  * - `SpanFetcher` (one per layer): the in-flight table of compressed spans; every fetch of the
