@@ -55,12 +55,14 @@ BINDIR=$PREFIX/bin
 SHAREDIR=$PREFIX/share/stargz-store
 CONFDIR=$SYSCONFDIR/stargz-store
 
-NODE=$(command -v node || true)
-[[ -n $NODE ]] || { echo "install.sh: node (>= 20) not found in PATH" >&2; exit 1; }
-NODE=$(readlink -f "$NODE")
-node_major=$("$NODE" -p 'process.versions.node.split(".")[0]')
-((node_major >= 20)) || { echo "install.sh: node >= 20 required, found $("$NODE" --version)" >&2; exit 1; }
+# The store runs on the Node pinned in package.json (node-linux-<arch>, installed by npm ci), never on
+# whatever `node` is first on PATH: the wrappers below exec that binary by absolute path.
 [[ -d $SRC/node_modules ]] || { echo "install.sh: run 'npm ci' in $SRC first" >&2; exit 1; }
+[[ -x $SRC/node_modules/.bin/node ]] || {
+  echo "install.sh: the pinned Node is missing ($SRC/node_modules/.bin/node): run 'npm ci' in $SRC" >&2
+  exit 1
+}
+command -v npm >/dev/null || { echo "install.sh: npm not found in PATH" >&2; exit 1; }
 
 cd "$SRC"
 if ((BUILD)); then
@@ -91,6 +93,10 @@ else
   mv "$STAGE" "$LIBDIR"
 fi
 trap - EXIT
+
+# Resolved after the move: the wrappers name the real binary inside the installed tree.
+NODE=$(readlink -f "$LIBDIR/node_modules/.bin/node")
+[[ -x $NODE ]] || { echo "install.sh: $LIBDIR/node_modules/.bin/node is missing after install" >&2; exit 1; }
 
 write_wrapper() { # name entry
   local tmp

@@ -4,9 +4,11 @@ import { registerImageCommands } from './image-command.js';
 import { registerServeCommand } from './serve-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { isStoreError } from '../util/errors.js';
+import { versionLine } from './version.js';
 
 const program = new Command('stargz-store')
   .description('Lazy-pulling Additional Layer Store for Podman and CRI-O (eStargz, zstd:chunked)')
+  .version(versionLine(), '-V, --version', 'print the version and the Node it runs on')
   .showHelpAfterError()
   .exitOverride();
 

@@ -121,13 +121,24 @@ describe('scripts/install.sh into a temporary prefix', () => {
       'undici',
       'fuse-native',
       'zstd-napi',
-      'tar-stream',
+      `node-linux-${process.arch}`,
     ]) {
       expect(existsSync(join(nm, dep, 'package.json'))).toBe(true);
     }
-    for (const dev of ['typescript', 'vitest', 'eslint', 'prettier', 'fast-check', 'nock']) {
+    for (const dev of ['typescript', 'vitest', 'eslint', 'prettier', 'fast-check', 'tar-stream']) {
       expect(existsSync(join(nm, dev))).toBe(false);
     }
+  });
+
+  it('the installed wrapper runs the bundled Node 24, whatever node is first on PATH', async () => {
+    const text = await readFile(join(prefix, 'bin/stargz-store'), 'utf8');
+    expect(text).toContain(join(prefix, 'lib/stargz-store/node_modules/node-linux-'));
+    const r = await run(join(prefix, 'bin/stargz-store'), ['--version'], {
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+    });
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toMatch(/^stargz-store \d+\.\d+\.\d+\S* \(node v24\.\d+\.\d+\)$/);
+    expect(first.stderr).toMatch(/\(node v24\.\d+\.\d+\)/);
   });
 
   it('the installed commands run: config errors name the key, the helper reaches a store', async () => {
