@@ -1,8 +1,9 @@
 import { Command } from 'commander';
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import {
   loadConfig,
   DEFAULT_ADDR,
@@ -12,8 +13,13 @@ import {
   type StoreConfig,
   type TlsFiles,
 } from '../store/config.js';
-import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
-import { createLogger, type Logger } from '../util/logger.js';
+import {
+  controlRequest,
+  startControlSocket,
+  type ControlServer,
+  type CredentialMap,
+} from '../store/control-socket.js';
+import { createLogger, LOG_FORMATS, type LogFormat, type Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
@@ -30,6 +36,8 @@ import {
   type MirrorConfig as RegistryMirror,
 } from '../registry/index.js';
 import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
+import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
+import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -72,6 +80,7 @@ interface ServeFlags {
   addr?: string;
   recordAccesses?: string;
   set?: string[];
+  logFormat?: LogFormat | 'auto';
 }
 
 export function registerServeCommand(program: Command): void {
@@ -82,6 +91,11 @@ export function registerServeCommand(program: Command): void {
     .argument('[mountpoint]', 'where Podman/CRI-O find the store, e.g. /var/lib/stargz-store/store')
     .option('--config <file>', `TOML config (a missing file is fatal unless it is ${DEFAULT_CONFIG_PATH})`)
     .option('--log-level <level>', 'trace, debug, info, warn, error, fatal', 'info')
+    .option(
+      '--log-format <format>',
+      'json (one object per line) or text (readable, coloured); default: text on a terminal, else json',
+      parseLogFormat,
+    )
     .option('--root <dir>', `state root (cache, metadata)`, DEFAULT_ROOT)
     .option('--addr <sock>', `control socket for stargz-store-helper and status`, DEFAULT_ADDR)
     .option(
@@ -95,15 +109,25 @@ export function registerServeCommand(program: Command): void {
       [],
     )
     .action(async (mountpoint: string | undefined, o: ServeFlags) => {
-      const code = await runServe({
-        mountpoint,
-        config: o.config,
-        logLevel: o.logLevel,
-        root: o.root,
-        addr: o.addr,
-        set: o.set,
-        ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
-      });
+      // Before anything is created: `stargz-store stauts` must not mount a store at ./stauts.
+      if (mountpoint !== undefined) {
+        await checkMountpointOperand(
+          mountpoint,
+          program.commands.map((c) => c.name()),
+        );
+      }
+      const code = await runServe(
+        {
+          mountpoint,
+          config: o.config,
+          logLevel: o.logLevel,
+          root: o.root,
+          addr: o.addr,
+          set: o.set,
+          ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
+        },
+        { logFormat: o.logFormat ?? 'auto' },
+      );
       process.exit(code);
     });
   program.addCommand(serve, { isDefault: true });
@@ -111,6 +135,21 @@ export function registerServeCommand(program: Command): void {
 
 function collect(v: string, prev: string[]): string[] {
   return [...prev, v];
+}
+
+function parseLogFormat(v: string): LogFormat | 'auto' {
+  if (v === 'auto' || (LOG_FORMATS as readonly string[]).includes(v)) return v as LogFormat | 'auto';
+  throw new StoreError('E_INVALID_ARGUMENT', `--log-format must be json, text or auto, got '${v}'`);
+}
+
+/**
+ * Lazily detaches whatever FUSE mount is at `mountpoint` (fusermount -u -z, from a child process:
+ * it must not wait on our own FUSE loop). Used when the normal unmount failed or could not run.
+ */
+function lazyUnmount(mountpoint: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    execFile('fusermount', ['-u', '-z', '--', mountpoint], { timeout: 5000 }, (err) => resolve(!err));
+  });
 }
 
 /** Waits until `mountpoint` is a FUSE mount that answers a stat from another process. */
@@ -154,15 +193,22 @@ function statInChild(path: string, timeoutMs: number): Promise<string | undefine
 }
 
 /** Runs the store until a signal; returns the process exit code. Start-up errors are thrown. */
-export async function runServe(flags: ConfigFlags): Promise<number> {
+export async function runServe(
+  flags: ConfigFlags,
+  opts: { logFormat?: LogFormat | 'auto' } = {},
+): Promise<number> {
   // Signals first, so a SIGTERM during start-up still unmounts whatever was mounted.
   const stop = new AbortController();
   let stopSignal: string | undefined;
+  // Set once a mount may exist at the mountpoint (from the mount call on): a hurried exit detaches it.
+  let mountpointToClear: string | undefined;
   const onSignal = (sig: NodeJS.Signals): void => {
     if (stopSignal !== undefined) {
-      // Second signal while stopping: the operator insists.
+      // Second signal while stopping: the operator insists. Exit now, but never leave a dead mount.
       process.stderr.write(`stargz-store: ${sig} again while stopping; exiting now\n`);
-      process.exit(1);
+      if (mountpointToClear === undefined) process.exit(1);
+      void lazyUnmount(mountpointToClear).finally(() => process.exit(1));
+      return;
     }
     stopSignal = sig;
     stop.abort();
@@ -171,22 +217,14 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
   process.on('SIGTERM', onSignal);
 
   const { config, warnings, notes } = await loadConfig(flags);
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, opts.logFormat ?? 'json');
   for (const w of warnings) logger.warn({ file: config.configFile }, w);
   for (const n of notes) logger.debug({ file: config.configFile }, n);
-  logger.info(
-    {
-      mountpoint: config.mountpoint,
-      root: config.root,
-      addr: config.addr,
-      config: config.configFile ?? '(defaults)',
-    },
-    'stargz-store starting',
-  );
 
   let built: BuiltStore | undefined;
   let mounted: { unmount(): Promise<void> } | undefined;
   let control: ControlServer | undefined;
+  const locks: InstanceLock[] = [];
   const startedAt = new Date().toISOString();
 
   const cleanup = async (): Promise<number> => {
@@ -204,16 +242,44 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
         logger.error({ err: asStoreError(err), mountpoint: config.mountpoint }, 'unmount failed');
       }
     }
+    // A mount call that failed or was interrupted may still have left a FUSE mount; so may a failed
+    // unmount. We hold the root lock, so a FUSE mount at our mountpoint is ours: detach it.
+    if (mountpointToClear !== undefined && (await isFuseMount(mountpointToClear))) {
+      const ok = await lazyUnmount(mountpointToClear);
+      logger.warn({ mountpoint: mountpointToClear, ok }, 'detached the FUSE mount (fusermount -u -z)');
+    }
+    mountpointToClear = undefined;
     if (built) await built.close().catch((err: unknown) => logger.warn({ err }, 'closing the store failed'));
+    for (const l of locks.splice(0).reverse()) await l.release();
     return code;
   };
 
   try {
     await mkdir(config.root, { recursive: true, mode: 0o700 });
+    // One store per root and per socket, decided before anything is touched: a second store must
+    // neither clear the first one's mount as "stale" nor replace its control socket.
+    locks.push(await acquireInstanceLock(join(config.root, 'stargz-store.lock'), `root ${config.root}`));
+    await mkdir(dirname(config.addr), { recursive: true, mode: 0o700 });
+    locks.push(await acquireInstanceLock(`${config.addr}.lock`, `control socket ${config.addr}`));
+    await refuseLiveSocket(config.addr);
+    await checkMountpointKind(config.mountpoint);
+    // Logged once the operator's usual mistakes (busy root or socket, bad mountpoint) are ruled out, so
+    // those fail with their one line alone.
+    logger.info(
+      {
+        mountpoint: config.mountpoint,
+        root: config.root,
+        addr: config.addr,
+        config: config.configFile ?? '(defaults)',
+      },
+      'stargz-store starting',
+    );
     // (mountStore clears a stale mount left by a crashed store and creates the mountpoint)
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
     built = await buildStore(config, logger);
+    if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
+    mountpointToClear = config.mountpoint;
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
@@ -256,7 +322,8 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     return await finish(cleanup, logger, stopSignal);
   } catch (err) {
     const e = asStoreError(err);
-    logger.error({ err: e }, 'start-up failed');
+    // main.ts prints the one-line reason; the structured record (with the stack) is for debugging.
+    logger.debug({ err: e }, 'start-up failed');
     await cleanup();
     await flush(logger);
     // Anything still holding the loop (sockets, FUSE thread) must not keep a failed store alive.
@@ -266,6 +333,25 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
 }
 
 const UNMOUNT_TIMEOUT_MS = 20_000;
+
+/** A control socket that answers belongs to a running store (maybe one without our lock file). */
+async function refuseLiveSocket(addr: string): Promise<void> {
+  if (!existsSync(addr)) return;
+  let pid: unknown;
+  try {
+    const resp = await controlRequest(addr, { op: 'status' }, { timeoutMs: 2000 });
+    pid = (resp.status as { pid?: unknown } | undefined)?.pid;
+  } catch (err) {
+    const errno = asStoreError(err).context.errno;
+    if (errno === 'ECONNREFUSED' || errno === 'ENOENT') return; // nobody listens: stale, replaced later
+    pid = undefined; // something answered (slowly or oddly): still not ours to take
+  }
+  throw new StoreError(
+    'E_INVALID_ARGUMENT',
+    `another stargz-store${typeof pid === 'number' ? ` (pid ${pid})` : ''} answers on control socket ${addr}; stop it first`,
+    { path: addr },
+  );
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
