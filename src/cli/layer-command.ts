@@ -6,14 +6,17 @@
 import { once } from 'node:events';
 import { stat } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { lookupPath, type LayerIndex, type TreeNode } from '../format/model.js';
-import { openLayer } from '../format/open-layer.js';
-import { readFileRange } from '../format/read-file.js';
-import { buildLayerToFile } from '../format/writer/index.js';
+import type { LayerIndex, TreeNode } from '../format/model.js';
 import { isValidDigest } from '../registry/reference.js';
 import { StoreError } from '../util/errors.js';
 import { startProgress } from './progress.js';
-import { FileRangeReader } from '../util/range-reader.js';
+import type { FileRangeReader } from '../util/range-reader.js';
+
+// Format readers and writers (zstd-napi, worker pools) load when a layer command runs, so that
+// `--help` and `--version` do not pay for them.
+const openLayer = async (
+  ...a: Parameters<typeof import('../format/open-layer.js').openLayer>
+): Promise<LayerIndex> => (await import('../format/open-layer.js')).openLayer(...a);
 
 export interface InspectEntry {
   name: string;
@@ -115,6 +118,7 @@ async function writeOut(data: string | Buffer): Promise<void> {
 async function withBlob<T>(blob: string, fn: (reader: FileRangeReader) => Promise<T>): Promise<T> {
   let reader: FileRangeReader;
   try {
+    const { FileRangeReader } = await import('../util/range-reader.js');
     reader = await FileRangeReader.open(blob);
   } catch (err) {
     throw new StoreError('E_IO', `cannot open ${blob}: ${(err as Error).message}`, { path: blob });
@@ -173,6 +177,10 @@ export function registerLayerCommands(program: Command): void {
     .action(async (blob: string, path: string, opts: DigestOption) => {
       await withBlob(blob, async (reader) => {
         const index = await openLayer(reader, opts.tocDigest ? { expectedTocDigest: opts.tocDigest } : {});
+        const [{ lookupPath }, { readFileRange }] = await Promise.all([
+          import('../format/model.js'),
+          import('../format/read-file.js'),
+        ]);
         const node = lookupPath(index, path);
         if (node === undefined)
           throw new StoreError('E_NOT_FOUND', `no such file in layer: ${path}`, { path });
@@ -221,6 +229,7 @@ export function registerLayerCommands(program: Command): void {
         }, 200);
         let result;
         try {
+          const { buildLayerToFile } = await import('../format/writer/index.js');
           result = await buildLayerToFile(tar, out, {
             format: opts.format,
             ...(chunkSize !== undefined ? { chunkSize } : {}),

@@ -19,23 +19,17 @@ import {
   type ControlServer,
   type CredentialMap,
 } from '../store/control-socket.js';
-import { createLogger, LOG_FORMATS, type LogFormat, type Logger } from '../util/logger.js';
+import type { LogFormat, Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
-import { ChunkCache } from '../cache/index.js';
-import { FetchScheduler } from '../layer/index.js';
-import {
-  defaultAuthFilePaths,
-  defaultCredentialProviders,
-  MemoryCredentialProvider,
-  mergeHostsConfigs,
-  parseRegistriesConf,
-  RegistryClient,
-  type HostsConfig,
-  type MirrorConfig as RegistryMirror,
-} from '../registry/index.js';
-import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
+// Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
+// loaded by buildStore(), so `--help`, `--version` and the other commands start fast.
+import type { ChunkCache } from '../cache/index.js';
+import type { HostsConfig, MirrorConfig as RegistryMirror } from '../registry/index.js';
+import { defaultAuthFilePaths } from '../registry/auth-files.js';
+import { parseRegistriesConf } from '../registry/registries-conf.js';
+import type { AccessLog } from '../store/index.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
 
@@ -138,7 +132,7 @@ function collect(v: string, prev: string[]): string[] {
 }
 
 function parseLogFormat(v: string): LogFormat | 'auto' {
-  if (v === 'auto' || (LOG_FORMATS as readonly string[]).includes(v)) return v as LogFormat | 'auto';
+  if (v === 'auto' || v === 'json' || v === 'text') return v;
   throw new StoreError('E_INVALID_ARGUMENT', `--log-format must be json, text or auto, got '${v}'`);
 }
 
@@ -217,6 +211,7 @@ export async function runServe(
   process.on('SIGTERM', onSignal);
 
   const { config, warnings, notes } = await loadConfig(flags);
+  const { createLogger } = await import('../util/logger.js'); // pino: not needed by other commands
   const logger = createLogger(config.logLevel, opts.logFormat ?? 'json');
   for (const w of warnings) logger.warn({ file: config.configFile }, w);
   for (const n of notes) logger.debug({ file: config.configFile }, n);
@@ -465,6 +460,17 @@ export function authFilePaths(config: StoreConfig, env: NodeJS.ProcessEnv = proc
 
 /** Registry client, chunk cache and layer store, built from the config. */
 export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
+  const [
+    { ChunkCache },
+    { FetchScheduler },
+    { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
+    { AccessLog, createLayerStore, mountStore },
+  ] = await Promise.all([
+    import('../cache/index.js'),
+    import('../layer/index.js'),
+    import('../registry/index.js'),
+    import('../store/index.js'),
+  ]);
   const hosts = mergeHostsConfigs(
     hostsFromStoreConfig(config),
     await readRegistriesConf(config.registry.registriesConf, logger),

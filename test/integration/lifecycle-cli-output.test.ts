@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { VECTOR_A } from '../helpers/format-fixtures.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const CLI = join(REPO, 'bin/stargz-store.js');
@@ -72,5 +73,33 @@ describe('one-shot command output', () => {
     });
     expect(stdout).toContain('layer build zstd:chunked');
     expect(stdout).toMatch(/"tocDigest": "sha256:[0-9a-f]{64}"/);
+  });
+
+  it('local commands do not load the HTTP stack, FUSE, pino or the codecs they do not use', async () => {
+    // Node 24 synchronous module hooks print every module the CLI loads.
+    const hook =
+      "import{registerHooks}from'node:module';registerHooks({load(u,c,n){if(!u.startsWith('node:'))process.stderr.write('LOAD '+u+'\\n');return n(u,c)}})";
+    const loads = async (args: string[]): Promise<string[]> => {
+      const r = await promisify(execFile)(process.execPath, [
+        '--import',
+        `data:text/javascript,${encodeURIComponent(hook)}`,
+        CLI,
+        ...args,
+      ]);
+      return r.stderr.split('\n').filter((l) => l.startsWith('LOAD '));
+    };
+    for (const args of [['--version'], ['--help'], ['status', '--help'], ['layer', 'inspect', VECTOR_A]]) {
+      const loaded = await loads(args);
+      expect(loaded.length, args.join(' ')).toBeGreaterThan(5); // the hook saw the CLI's modules
+      expect(
+        loaded.filter((l) => /node_modules\/(undici|fuse-native|pino)\//.test(l)),
+        args.join(' '),
+      ).toEqual([]);
+      expect(
+        loaded.filter((l) => /dist\/src\/(registry\/client|store\/index|layer|cache)/.test(l)),
+        args.join(' '),
+      ).toEqual([]);
+    }
+    expect((await loads(['--version'])).filter((l) => l.includes('zstd-napi'))).toEqual([]);
   });
 });
