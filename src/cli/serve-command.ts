@@ -30,6 +30,9 @@ import {
   type MirrorConfig as RegistryMirror,
 } from '../registry/index.js';
 import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
+import { startMetricsServer, type MetricsServer } from '../store/metrics-server.js';
+import { setMetricSources } from '../util/metrics.js';
+import { layerStateCounts } from '../store/metrics-sources.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -71,6 +74,7 @@ interface ServeFlags {
   root?: string;
   addr?: string;
   recordAccesses?: string;
+  metricsAddress?: string;
   set?: string[];
 }
 
@@ -89,6 +93,10 @@ export function registerServeCommand(program: Command): void {
       'append one JSON line per first open/readlink of each layer file (same as [debug] record_accesses)',
     )
     .option(
+      '--metrics-address <host:port>',
+      'serve Prometheus /metrics there (config metrics_address; off by default)',
+    )
+    .option(
       '--set <key=value>',
       'override a config.toml key, e.g. blob.chunk_size=100000 (repeatable)',
       collect,
@@ -103,6 +111,7 @@ export function registerServeCommand(program: Command): void {
         addr: o.addr,
         set: o.set,
         ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
+        ...(o.metricsAddress !== undefined ? { metricsAddress: o.metricsAddress } : {}),
       });
       process.exit(code);
     });
@@ -187,6 +196,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
   let built: BuiltStore | undefined;
   let mounted: { unmount(): Promise<void> } | undefined;
   let control: ControlServer | undefined;
+  let metricsServer: MetricsServer | undefined;
   const startedAt = new Date().toISOString();
 
   const cleanup = async (): Promise<number> => {
@@ -194,6 +204,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     await sdNotify('STOPPING=1').catch((err: unknown) =>
       logger.warn({ err: asStoreError(err) }, 'sd_notify STOPPING failed'),
     );
+    await metricsServer?.close();
     if (control)
       await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
     if (mounted) {
@@ -214,6 +225,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
     built = await buildStore(config, logger);
+    if (config.metricsAddress !== '') metricsServer = await startMetricsServer(config.metricsAddress, logger);
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
@@ -437,6 +449,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     });
     const c = cache;
+    setMetricSources({ cache: () => c.stats(), layers: () => layerStateCounts(store.status()) });
     return {
       mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
       addCredentials: (map) => {
