@@ -3,6 +3,7 @@ import { registerLayerCommands } from './layer-command.js';
 import { registerImageCommands } from './image-command.js';
 import { registerServeCommand } from './serve-command.js';
 import { registerStatusCommand } from './status-command.js';
+import { registerCheckCommand } from './check-command.js';
 import { isStoreError } from '../util/errors.js';
 
 const program = new Command('stargz-store')
@@ -14,6 +15,7 @@ registerServeCommand(program);
 registerLayerCommands(program);
 registerImageCommands(program);
 registerStatusCommand(program);
+registerCheckCommand(program);
 
 try {
   await program.parseAsync(process.argv);
