@@ -4,6 +4,7 @@ import { registerImageCommands } from './image-command.js';
 import { registerServeCommand } from './serve-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerCheckCommand } from './check-command.js';
+import { registerDoctorCommand } from './doctor-command.js';
 import { isStoreError } from '../util/errors.js';
 
 const program = new Command('stargz-store')
@@ -16,6 +17,7 @@ registerLayerCommands(program);
 registerImageCommands(program);
 registerStatusCommand(program);
 registerCheckCommand(program);
+registerDoctorCommand(program);
 
 try {
   await program.parseAsync(process.argv);
