@@ -135,8 +135,9 @@ async function checkMount(o: DoctorOptions): Promise<DoctorCheck> {
       fix: 'start the store: systemctl start stargz-store (or stargz-store <mountpoint>)',
     };
   }
-  // stat from a child: the doctor may be run inside a process that must not hang on a stuck mount
-  const r = await run('stat', ['-c', '%i', '--', o.mountpoint], o.timeoutMs ?? 10_000);
+  // statfs from a child: never answered from the kernel's attribute cache (a plain stat of a dead
+  // mount can still succeed for a second), and a stuck mount cannot hang the doctor itself
+  const r = await run('stat', ['-f', '-c', '%t', '--', o.mountpoint], o.timeoutMs ?? 10_000);
   if (r.ok) return { id, status: 'pass', message: `${o.mountpoint} is a live FUSE mount` };
   const dead = /not connected/i.test(r.out);
   return {
