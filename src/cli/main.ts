@@ -5,6 +5,7 @@ import { registerServeCommand } from './serve-command.js';
 import { registerStatusCommand } from './status-command.js';
 import { registerCheckCommand } from './check-command.js';
 import { registerDoctorCommand } from './doctor-command.js';
+import { registerPinCommands } from './pin-command.js';
 import { isStoreError } from '../util/errors.js';
 
 const program = new Command('stargz-store')
@@ -18,6 +19,7 @@ registerImageCommands(program);
 registerStatusCommand(program);
 registerCheckCommand(program);
 registerDoctorCommand(program);
+registerPinCommands(program);
 
 try {
   await program.parseAsync(process.argv);

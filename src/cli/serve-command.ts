@@ -33,6 +33,8 @@ import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
 import { startMetricsServer, type MetricsServer } from '../store/metrics-server.js';
 import { setMetricSources } from '../util/metrics.js';
 import { layerStateCounts } from '../store/metrics-sources.js';
+import { createPinManager } from '../store/pins-deps.js';
+import type { PinManager } from '../store/pins.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -234,6 +236,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
       config.addr,
       {
         addCredentials: (map) => store.addCredentials(map),
+        ...(store.pins ? { pins: store.pins } : {}),
         status: () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,
@@ -316,6 +319,8 @@ export interface BuiltStore {
   addCredentials(map: CredentialMap): void | Promise<void>;
   status(): unknown;
   close(): Promise<void>;
+  /** Pinned image sets (resumed from <root>/pins.json at start-up). */
+  pins?: PinManager;
 }
 
 /** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
@@ -449,14 +454,23 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     });
     const c = cache;
-    setMetricSources({ cache: () => c.stats(), layers: () => layerStateCounts(store.status()) });
+    const pins = createPinManager({ root: config.root, registry, store, logger });
+    // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
+    await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
+    setMetricSources({
+      cache: () => c.stats(),
+      layers: () => layerStateCounts(store.status()),
+      pins: () => pins.counts(),
+    });
     return {
+      pins,
       mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
       addCredentials: (map) => {
         store.addCredentials(map);
       },
       status: () => store.status(),
       close: async () => {
+        await pins.close();
         await store.close();
         await c.close();
         await registry.close();
