@@ -199,6 +199,34 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   }
   report.counts.layerStates = states;
 
+  // Pinned image sets: a damaged pins.json loses the set (the store starts with none).
+  const pins = join(root, 'pins.json');
+  const pinsText = await readFile(pins, 'utf8').catch(() => undefined);
+  if (pinsText !== undefined) {
+    let ok = false;
+    try {
+      ok = Array.isArray((JSON.parse(pinsText) as { pins?: unknown }).pins);
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      await addProblem(report, opts, {
+        kind: 'pin-invalid',
+        path: pins,
+        detail: 'pins.json is not valid JSON with a pins array: re-add the pinned images after repair',
+      });
+    }
+  }
+  for (const name of await names(root)) {
+    if (/^pins\.json\.[0-9a-f]+\.tmp$/.test(name)) {
+      await addProblem(report, opts, {
+        kind: 'temp-file',
+        path: join(root, name),
+        detail: 'temp file left by an interrupted pins.json write',
+      });
+    }
+  }
+
   const clean = report.problems.every((p) => p.repaired);
   return { root, repair: opts.repair, clean, ...report };
 }
