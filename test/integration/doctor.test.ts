@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { runDoctor } from '../../src/cli/doctor-command.js';
 import type { DoctorReport } from '../../src/cli/doctor.js';
 import { controlRequest } from '../../src/store/control-socket.js';
-import { startRegistry, type TestRegistry } from '../helpers/registry.js';
+import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage } from '../helpers/store.js';
 
 const REPO = resolve(import.meta.dirname, '../..');
@@ -16,6 +16,14 @@ const CLI = join(REPO, 'bin/stargz-store.js');
 
 function exec(cmd: string, args: string[]): Promise<void> {
   return new Promise((res) => execFile(cmd, args, () => res()));
+}
+
+function cli(args: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((res) =>
+    execFile(process.execPath, [CLI, ...args], (err, stdout) =>
+      res({ code: err ? ((err as { code?: number }).code ?? 1) : 0, out: String(stdout) }),
+    ),
+  );
 }
 
 /**
@@ -78,9 +86,23 @@ describe('doctor (real store process, real registry)', () => {
   };
 
   it('passes on a healthy set-up and names the dead mount once the store is killed', async () => {
+    const metricsAddr = `127.0.0.1:${await freePort()}`;
     child = spawn(
       process.execPath,
-      [CLI, '--config', config, '--root', root, '--addr', sock, '--log-level', 'warn', mnt],
+      [
+        CLI,
+        '--config',
+        config,
+        '--root',
+        root,
+        '--addr',
+        sock,
+        '--log-level',
+        'warn',
+        '--metrics-address',
+        metricsAddr,
+        mnt,
+      ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
     let stderr = '';
@@ -96,6 +118,14 @@ describe('doctor (real store process, real registry)', () => {
       if (child.exitCode !== null) throw new Error(`store exited: ${stderr}`);
       await new Promise((r) => setTimeout(r, 100));
     }
+
+    // the CLI's own wiring: --metrics-address serves /metrics, pin list answers on the socket
+    const metrics = await fetch(`http://${metricsAddr}/metrics`).then((r) => r.text());
+    expect(metrics).toContain('stargz_store_pinned_images{state="pinned"} 0');
+    expect(metrics).toContain('# TYPE stargz_store_fuse_operation_duration_seconds histogram');
+    const pins = await cli(['pin', 'list', '--json', '--addr', sock]);
+    expect(pins.code).toBe(0);
+    expect(JSON.parse(pins.out)).toEqual([]);
 
     const healthy = await doctor(true);
     const byId = Object.fromEntries(healthy.r.checks.map((c) => [c.id, c]));
@@ -120,6 +150,25 @@ describe('doctor (real store process, real registry)', () => {
     child.kill('SIGKILL');
     await exited;
     const dead = await doctor(false);
+    // the CLI exit code too
+    const deadCli = await cli([
+      'doctor',
+      '--json',
+      '--mountpoint',
+      mnt,
+      '--addr',
+      sock,
+      '--root',
+      root,
+      '--config',
+      config,
+      '--storage-conf',
+      storageConf,
+    ]);
+    expect(deadCli.code).toBe(1);
+    expect((JSON.parse(deadCli.out) as DoctorReport).checks.find((c) => c.id === 'mount')?.status).toBe(
+      'fail',
+    );
     expect(dead.code).toBe(1);
     expect(dead.r.ok).toBe(false);
     const mount = dead.r.checks.find((c) => c.id === 'mount');
