@@ -39,6 +39,8 @@ export interface CheckReport {
 
 export interface CheckOptions {
   repair: boolean;
+  /** Run by a live store: temp files may belong to writes in flight, so they are not reported. */
+  running?: boolean;
   /** Chunk files hashed at once (default 4). */
   concurrency?: number;
 }
@@ -94,7 +96,7 @@ export async function checkChunkCache(root: string, report: CheckReport, opts: C
   let bytes = 0;
   const queue: Array<{ hex: string; file: string }> = [];
 
-  for (const name of await listDir(paths.tmp)) {
+  for (const name of opts.running === true ? [] : await listDir(paths.tmp)) {
     await addProblem(report, opts, {
       kind: 'temp-file',
       path: join(paths.tmp, name),

@@ -4,6 +4,7 @@ import { DEFAULT_ROOT } from '../store/config.js';
 import { checkStoreRoot, type StoreCheckResult } from '../store/check.js';
 import { StoreError } from '../util/errors.js';
 import { formatBytes } from './status-command.js';
+import { controlRequest } from '../store/control-socket.js';
 
 /**
  * `stargz-store check [--root DIR] [--repair] [--json]`, with the store stopped: re-hashes every
@@ -13,6 +14,8 @@ import { formatBytes } from './status-command.js';
 
 export interface CheckCommandOptions {
   root: string;
+  /** Ask the running store at this socket to do the check (temp files of live writes are skipped). */
+  addr?: string;
   repair?: boolean;
   json?: boolean;
 }
@@ -37,6 +40,18 @@ export function formatCheck(r: StoreCheckResult): string {
 
 /** Runs the check; returns the exit code and the text to print. */
 export async function runCheck(o: CheckCommandOptions): Promise<{ code: number; output: string }> {
+  if (o.addr !== undefined) {
+    const resp = await controlRequest(
+      o.addr,
+      { op: 'check', repair: o.repair === true },
+      { timeoutMs: 6 * 3600_000 },
+    );
+    const r = resp.check as StoreCheckResult;
+    return {
+      code: r.clean ? 0 : 1,
+      output: o.json === true ? `${JSON.stringify(r, null, 2)}\n` : formatCheck(r),
+    };
+  }
   const st = await stat(o.root).catch(() => undefined);
   if (st === undefined || !st.isDirectory()) {
     throw new StoreError('E_CONFIG', `--root ${o.root} is not a directory`, { path: o.root });
@@ -55,6 +70,7 @@ export function registerCheckCommand(program: Command): void {
     .option('--root <dir>', 'state root of the store', DEFAULT_ROOT)
     .option('--repair', 'remove every bad item (it is fetched and verified again on next use)')
     .option('--json', 'print JSON instead of text')
+    .option('--addr <sock>', 'ask the running store to check its own root (one chunk at a time)')
     .action(async (o: CheckCommandOptions) => {
       const { code, output } = await runCheck(o);
       process.stdout.write(output);

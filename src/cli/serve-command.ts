@@ -34,6 +34,7 @@ import { startMetricsServer, type MetricsServer } from '../store/metrics-server.
 import { setMetricSources } from '../util/metrics.js';
 import { layerStateCounts } from '../store/metrics-sources.js';
 import { createPinManager } from '../store/pins-deps.js';
+import { checkStoreRoot } from '../store/check.js';
 import type { PinManager } from '../store/pins.js';
 
 /**
@@ -237,6 +238,8 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
       {
         addCredentials: (map) => store.addCredentials(map),
         ...(store.pins ? { pins: store.pins } : {}),
+        // one chunk at a time: the store keeps serving while it checks
+        check: (repair) => checkStoreRoot(config.root, { repair, running: true, concurrency: 1 }),
         status: () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,

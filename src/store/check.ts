@@ -81,6 +81,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   for (const name of await names(layersDir)) {
     const path = join(layersDir, name);
     if (!name.endsWith('.json')) {
+      if (name.endsWith('.tmp') && opts.running === true) continue;
       await addProblem(report, opts, {
         kind: name.endsWith('.tmp') ? 'temp-file' : 'stray-file',
         path,
@@ -118,6 +119,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
     const path = join(tocsDir, name);
     const m = /^([0-9a-f]{64})\.tail$/.exec(name);
     if (m === null) {
+      if (name.endsWith('.tmp') && opts.running === true) continue;
       await addProblem(report, opts, {
         kind: name.endsWith('.tmp') ? 'temp-file' : 'stray-file',
         path,
@@ -170,6 +172,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   for (const name of await names(stateDir)) {
     const path = join(stateDir, name);
     if (!name.endsWith('.json')) {
+      if (name.endsWith('.tmp') && opts.running === true) continue;
       await addProblem(report, opts, {
         kind: name.endsWith('.tmp') ? 'temp-file' : 'stray-file',
         path,
@@ -218,7 +221,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
     }
   }
   for (const name of await names(root)) {
-    if (/^pins\.json\.[0-9a-f]+\.tmp$/.test(name)) {
+    if (/^pins\.json\.[0-9a-f]+\.tmp$/.test(name) && opts.running !== true) {
       await addProblem(report, opts, {
         kind: 'temp-file',
         path: join(root, name),

@@ -30,15 +30,18 @@ export type ControlRequest =
   | { op: 'status' }
   | { op: 'pinAdd'; refs: string[]; platform?: string }
   | { op: 'pinRm'; refs: string[] }
-  | { op: 'pinList' };
+  | { op: 'pinList' }
+  | { op: 'check'; repair?: boolean };
 
 export type ControlResponse =
-  | { ok: true; refs?: number; status?: unknown; pins?: unknown }
+  | { ok: true; refs?: number; status?: unknown; pins?: unknown; check?: unknown }
   | { ok: false; error: { code: string; message: string } };
 
 export interface ControlHandler {
   addCredentials(map: CredentialMap): void | Promise<void>;
   status(): unknown;
+  /** `stargz-store check --addr`: the cache check run by the store itself (absent: not offered). */
+  check?(repair: boolean): Promise<unknown>;
   /** Pinned image sets (absent: the ops answer E_INVALID_ARGUMENT). */
   pins?: {
     add(refs: string[], platform?: string): Promise<unknown>;
@@ -187,10 +190,17 @@ function serveConnection(
       const line = buf.slice(0, nl);
       buf = buf.slice(nl + 1);
       // Requests on one connection are answered in order.
+      // the idle timeout is for idle connections: a long request (check) must not be cut off
       busy = busy
-        .then(() => handleLine(line, handler, o.log))
+        .then(() => {
+          sock.setTimeout(0);
+          return handleLine(line, handler, o.log);
+        })
         .then((resp) => {
-          if (!sock.destroyed) sock.write(`${JSON.stringify(resp)}\n`);
+          if (!sock.destroyed) {
+            sock.setTimeout(o.idleMs);
+            sock.write(`${JSON.stringify(resp)}\n`);
+          }
         });
     }
     if (buf.length > o.maxLine) {
@@ -227,6 +237,11 @@ async function handleLine(
       return { ok: true, status: await handler.status() };
     }
     if (op === 'pinAdd' || op === 'pinRm' || op === 'pinList') return await handlePin(op, req, handler);
+    if (op === 'check') {
+      if (handler.check === undefined)
+        throw new StoreError('E_INVALID_ARGUMENT', 'this store does not offer check');
+      return { ok: true, check: await handler.check((req as { repair?: unknown }).repair === true) };
+    }
     return errorResponse(
       new StoreError('E_INVALID_ARGUMENT', `unknown op ${JSON.stringify(op)}`.slice(0, 200)),
     );

@@ -7,7 +7,8 @@ import { ChunkCache } from '../../src/cache/chunk-cache.js';
 import { RegistryClient } from '../../src/registry/index.js';
 import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
 import { runCheck } from '../../src/cli/check-command.js';
-import type { StoreCheckResult } from '../../src/store/check.js';
+import { checkStoreRoot, type StoreCheckResult } from '../../src/store/check.js';
+import { startControlSocket } from '../../src/store/control-socket.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
@@ -165,5 +166,39 @@ describe('check (real registry, real FUSE mount)', () => {
     // the corrupt copies were dropped and replaced by verified ones
     const after = await check(root);
     expect(after.code).toBe(0);
+  });
+
+  it('check --addr: the running store checks its own root and repairs while serving', async () => {
+    await start();
+    const control = await startControlSocket(join(dir, 'ctl.sock'), {
+      addCredentials: () => undefined,
+      status: () => ({}),
+      check: (repair) => checkStoreRoot(root, { repair, running: true, concurrency: 1 }),
+    });
+    try {
+      const warm = await probe([{ op: 'sha256', path: join(diff, 'app', 'big.bin') }]);
+      expect(warm[0]).toEqual({ sha256: sha256(big), length: big.length });
+      const [victim] = await listFiles(join(root, 'cache', 'chunks'));
+      await flipByte(victim!, 5);
+      // a temp file of a live write is not a problem while the store runs
+      await writeFile(join(root, 'cache', 'tmp', 'inflight-0'), 'x');
+
+      const addr = join(dir, 'ctl.sock');
+      const bad = await runCheck({ root: '/nonexistent', addr, json: true });
+      expect(bad.code).toBe(1);
+      const r = JSON.parse(bad.output) as StoreCheckResult;
+      expect(r.problems.map((p) => [p.kind, p.path])).toEqual([['chunk-corrupt', victim]]);
+      const fixed = await runCheck({ root: '/nonexistent', addr, repair: true });
+      expect(fixed.code).toBe(0);
+      expect(fixed.output).toContain(`REMOVED  chunk-corrupt  ${victim}`);
+      expect((await runCheck({ root: '/nonexistent', addr })).code).toBe(0);
+
+      running!.cache.dropMemory();
+      const again = await probe([{ op: 'sha256', path: join(diff, 'app', 'big.bin') }]);
+      expect(again[0]).toEqual({ sha256: sha256(big), length: big.length });
+    } finally {
+      await control.close();
+      await stop();
+    }
   });
 });
