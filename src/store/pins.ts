@@ -206,6 +206,16 @@ export class PinManager {
     return c;
   }
 
+  /** Resolves once every queued pin has settled (pinned or failed) and been saved. */
+  async idle(): Promise<void> {
+    let q: Promise<void>;
+    do {
+      q = this.queue;
+      await q;
+      await this.saving;
+    } while (q !== this.queue);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     for (const r of [...this.held.keys()]) this.releaseHeld(r);
@@ -281,6 +291,8 @@ export class PinManager {
   }
 
   private save(): Promise<void> {
+    // after close nothing is written: the root may be going away, and pins resume from the last save
+    if (this.closed) return this.saving;
     const body = `${JSON.stringify({ version: 1, pins: [...this.pins.values()] }, null, 1)}\n`;
     // writes in order; a failed write is logged and retried by the next change
     this.saving = this.saving.then(() =>
