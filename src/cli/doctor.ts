@@ -81,6 +81,12 @@ async function readToml(path: string): Promise<Record<string, unknown> | undefin
   }
 }
 
+/** Like Go's filepath.Clean (what c/storage applies): no trailing slash, no `.`/`..` segments. */
+function cleanPath(p: string): string {
+  const n = normalize(p);
+  return n.length > 1 ? n.replace(/\/+$/, '') : n;
+}
+
 async function checkStorageConf(o: DoctorOptions): Promise<DoctorCheck> {
   const id = 'storage-conf';
   const want = `${o.mountpoint}:ref`;
@@ -102,7 +108,7 @@ async function checkStorageConf(o: DoctorOptions): Promise<DoctorCheck> {
       for (const one of s.split(',')) {
         const [path, ...flags] = one.split(':');
         seen.push(one);
-        if (normalize(path ?? '') !== normalize(o.mountpoint)) continue;
+        if (cleanPath(path ?? '') !== cleanPath(o.mountpoint)) continue;
         if (flags.includes('ref')) return { id, status: 'pass', message: `${f} lists ${one}` };
         return {
           id,
