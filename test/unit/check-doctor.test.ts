@@ -104,4 +104,30 @@ describe('doctor: storage.conf', () => {
       expect(c.message).toContain('max_concurrency');
     });
   });
+
+  it('names the credential source for --ref, never the secret', async () => {
+    await withDir(async (dir) => {
+      const auth = join(dir, 'auth.json');
+      const secret = 's3cret-Pa55';
+      const b64 = Buffer.from(`user:${secret}`).toString('base64');
+      await writeFile(auth, JSON.stringify({ auths: { '127.0.0.1:1': { auth: b64 } } }));
+      await writeFile(join(dir, 'config.toml'), `[registry]\nauth_file = "${auth}"\n`);
+      await writeFile(join(dir, 'storage.conf'), '');
+      const r = await runDoctorChecks({
+        mountpoint: '/var/lib/stargz-store/store',
+        addr: join(dir, 'none.sock'),
+        root: dir,
+        config: join(dir, 'config.toml'),
+        storageConf: join(dir, 'storage.conf'),
+        ref: '127.0.0.1:1/x/y:z',
+        timeoutMs: 2000,
+      });
+      const creds = r.checks.find((c) => c.id === 'credentials')!;
+      expect(creds).toMatchObject({ status: 'pass', message: `credentials for 127.0.0.1:1 from ${auth}` });
+      expect(r.checks.find((c) => c.id === 'registry')?.status).toBe('fail');
+      const text = JSON.stringify(r);
+      expect(text).not.toContain(secret);
+      expect(text).not.toContain(b64);
+    });
+  });
 });
