@@ -30,6 +30,12 @@ import {
   type MirrorConfig as RegistryMirror,
 } from '../registry/index.js';
 import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
+import { startMetricsServer, type MetricsServer } from '../store/metrics-server.js';
+import { setMetricSources } from '../util/metrics.js';
+import { layerStateCounts } from '../store/metrics-sources.js';
+import { createPinManager } from '../store/pins-deps.js';
+import { checkStoreRoot } from '../store/check.js';
+import type { PinManager } from '../store/pins.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -71,6 +77,7 @@ interface ServeFlags {
   root?: string;
   addr?: string;
   recordAccesses?: string;
+  metricsAddress?: string;
   set?: string[];
 }
 
@@ -89,6 +96,10 @@ export function registerServeCommand(program: Command): void {
       'append one JSON line per first open/readlink of each layer file (same as [debug] record_accesses)',
     )
     .option(
+      '--metrics-address <host:port>',
+      'serve Prometheus /metrics there (config metrics_address; off by default)',
+    )
+    .option(
       '--set <key=value>',
       'override a config.toml key, e.g. blob.chunk_size=100000 (repeatable)',
       collect,
@@ -103,6 +114,7 @@ export function registerServeCommand(program: Command): void {
         addr: o.addr,
         set: o.set,
         ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
+        ...(o.metricsAddress !== undefined ? { metricsAddress: o.metricsAddress } : {}),
       });
       process.exit(code);
     });
@@ -187,6 +199,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
   let built: BuiltStore | undefined;
   let mounted: { unmount(): Promise<void> } | undefined;
   let control: ControlServer | undefined;
+  let metricsServer: MetricsServer | undefined;
   const startedAt = new Date().toISOString();
 
   const cleanup = async (): Promise<number> => {
@@ -194,6 +207,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     await sdNotify('STOPPING=1').catch((err: unknown) =>
       logger.warn({ err: asStoreError(err) }, 'sd_notify STOPPING failed'),
     );
+    await metricsServer?.close();
     if (control)
       await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
     if (mounted) {
@@ -214,6 +228,7 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
     built = await buildStore(config, logger);
+    if (config.metricsAddress !== '') metricsServer = await startMetricsServer(config.metricsAddress, logger);
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
@@ -222,6 +237,9 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
       config.addr,
       {
         addCredentials: (map) => store.addCredentials(map),
+        ...(store.pins ? { pins: store.pins } : {}),
+        // one chunk at a time: the store keeps serving while it checks
+        check: (repair) => checkStoreRoot(config.root, { repair, running: true, concurrency: 1 }),
         status: () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,
@@ -304,6 +322,8 @@ export interface BuiltStore {
   addCredentials(map: CredentialMap): void | Promise<void>;
   status(): unknown;
   close(): Promise<void>;
+  /** Pinned image sets (resumed from <root>/pins.json at start-up). */
+  pins?: PinManager;
 }
 
 /** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
@@ -437,13 +457,23 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     });
     const c = cache;
+    const pins = createPinManager({ root: config.root, registry, store, logger });
+    // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
+    await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
+    setMetricSources({
+      cache: () => c.stats(),
+      layers: () => layerStateCounts(store.status()),
+      pins: () => pins.counts(),
+    });
     return {
+      pins,
       mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
       addCredentials: (map) => {
         store.addCredentials(map);
       },
       status: () => store.status(),
       close: async () => {
+        await pins.close();
         await store.close();
         await c.close();
         await registry.close();

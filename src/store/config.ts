@@ -4,6 +4,7 @@ import { parse as parseToml, TomlError, type TomlTable } from 'smol-toml';
 import { formatPlatform, hostPlatform } from '../registry/platform.js';
 import { StoreError } from '../util/errors.js';
 import { DEFAULT_CONTROL_SOCKET } from './control-socket.js';
+import { parseMetricsAddress } from './metrics-server.js';
 
 /**
  * The store's one typed configuration: defaults <- config.toml <- command-line flags, validated once at
@@ -83,6 +84,8 @@ export interface StoreConfig {
   noPrometheus: boolean;
   logFileAccess: boolean;
   metadataStore: 'memory' | 'db';
+  /** `metrics_address` / `--metrics-address`: host:port of the Prometheus `/metrics` endpoint; '' = off. */
+  metricsAddress: string;
 
   blob: {
     validIntervalSec: number;
@@ -160,6 +163,8 @@ export interface ConfigFlags {
   mountpoint?: string;
   /** --record-accesses FILE (wins over `[debug] record_accesses`; '' = off). */
   recordAccesses?: string;
+  /** --metrics-address host:port (wins over `metrics_address`; '' = off). */
+  metricsAddress?: string;
   /** --set key=value overrides (dotted keys, TOML values: `blob.chunk_size=100000`). */
   set?: string[];
 }
@@ -428,6 +433,7 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
       emptyIsDefault: true,
       noEffect: true,
     }),
+    metricsAddress: readMetricsAddress(top.str('metrics_address', ''), flags.metricsAddress),
     blob: readBlob(top.table_('blob')),
     directoryCache: readDirectoryCache(top.table_('directory_cache')),
     fuse: readFuse(top.table_('fuse')),
@@ -706,4 +712,11 @@ function readRegistry(s: Section): StoreConfig['registry'] {
   };
   s.finish();
   return r;
+}
+
+/** The flag wins over the file; '' is off; anything else must be host:port. */
+function readMetricsAddress(fromFile: string, flag: string | undefined): string {
+  const v = flag ?? fromFile;
+  if (v !== '') parseMetricsAddress(v);
+  return v;
 }
