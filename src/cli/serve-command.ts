@@ -32,6 +32,8 @@ import { parseRegistriesConf } from '../registry/registries-conf.js';
 import type { AccessLog } from '../store/index.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
+import type { MetricsServer } from '../store/metrics-server.js';
+import type { PinManager } from '../store/pins.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -73,6 +75,7 @@ interface ServeFlags {
   root?: string;
   addr?: string;
   recordAccesses?: string;
+  metricsAddress?: string;
   set?: string[];
   logFormat?: LogFormat | 'auto';
 }
@@ -97,6 +100,10 @@ export function registerServeCommand(program: Command): void {
       'append one JSON line per first open/readlink of each layer file (same as [debug] record_accesses)',
     )
     .option(
+      '--metrics-address <host:port>',
+      'serve Prometheus /metrics there (config metrics_address; off by default)',
+    )
+    .option(
       '--set <key=value>',
       'override a config.toml key, e.g. blob.chunk_size=100000 (repeatable)',
       collect,
@@ -119,6 +126,7 @@ export function registerServeCommand(program: Command): void {
           addr: o.addr,
           set: o.set,
           ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
+          ...(o.metricsAddress !== undefined ? { metricsAddress: o.metricsAddress } : {}),
         },
         { logFormat: o.logFormat ?? 'auto' },
       );
@@ -220,6 +228,7 @@ export async function runServe(
   let mounted: { unmount(): Promise<void> } | undefined;
   let control: ControlServer | undefined;
   const locks: InstanceLock[] = [];
+  let metricsServer: MetricsServer | undefined;
   const startedAt = new Date().toISOString();
 
   const cleanup = async (): Promise<number> => {
@@ -227,6 +236,7 @@ export async function runServe(
     await sdNotify('STOPPING=1').catch((err: unknown) =>
       logger.warn({ err: asStoreError(err) }, 'sd_notify STOPPING failed'),
     );
+    await metricsServer?.close();
     if (control)
       await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
     if (mounted) {
@@ -275,6 +285,10 @@ export async function runServe(
     built = await buildStore(config, logger);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
     mountpointToClear = config.mountpoint;
+    if (config.metricsAddress !== '') {
+      const { startMetricsServer } = await import('../store/metrics-server.js'); // prom-client
+      metricsServer = await startMetricsServer(config.metricsAddress, logger);
+    }
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
@@ -283,6 +297,14 @@ export async function runServe(
       config.addr,
       {
         addCredentials: (map) => store.addCredentials(map),
+        ...(store.pins ? { pins: store.pins } : {}),
+        // one chunk at a time: the store keeps serving while it checks
+        check: async (repair) =>
+          (await import('../store/check.js')).checkStoreRoot(config.root, {
+            repair,
+            running: true,
+            concurrency: 1,
+          }),
         status: () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,
@@ -385,6 +407,8 @@ export interface BuiltStore {
   addCredentials(map: CredentialMap): void | Promise<void>;
   status(): unknown;
   close(): Promise<void>;
+  /** Pinned image sets (resumed from <root>/pins.json at start-up). */
+  pins?: PinManager;
 }
 
 /** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
@@ -465,11 +489,17 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     { FetchScheduler },
     { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
     { AccessLog, createLayerStore, mountStore },
+    { createPinManager },
+    { setMetricSources },
+    { layerStateCounts },
   ] = await Promise.all([
     import('../cache/index.js'),
     import('../layer/index.js'),
     import('../registry/index.js'),
     import('../store/index.js'),
+    import('../store/pins-deps.js'),
+    import('../util/metrics.js'),
+    import('../store/metrics-sources.js'),
   ]);
   const hosts = mergeHostsConfigs(
     hostsFromStoreConfig(config),
@@ -529,13 +559,23 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     });
     const c = cache;
+    const pins = createPinManager({ root: config.root, registry, store, logger });
+    // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
+    await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
+    setMetricSources({
+      cache: () => c.stats(),
+      layers: () => layerStateCounts(store.status()),
+      pins: () => pins.counts(),
+    });
     return {
+      pins,
       mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
       addCredentials: (map) => {
         store.addCredentials(map);
       },
       status: () => store.status(),
       close: async () => {
+        await pins.close();
         await store.close();
         await c.close();
         await registry.close();

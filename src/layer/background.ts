@@ -3,6 +3,7 @@ import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { ChunkLoader } from './chunk-loader.js';
+import { recordBackgroundBytes } from '../util/metrics.js';
 import { StreamDigest } from './diffid.js';
 import type { FetchUnit } from './plan.js';
 import type { FetchScheduler } from './scheduler.js';
@@ -63,6 +64,7 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
           signal,
           ctx.fresh === true ? { fresh: true } : undefined,
         );
+        recordBackgroundBytes(buf!.length);
         chunkErrors += await decodeUnit(ctx, unit, buf!, stop.signal);
         return buf!;
       }, stop.signal);
