@@ -3,7 +3,7 @@
  * bench/README.md for the full run. Builds the workloads offline, pushes them in every format, then
  * runs cold pull + first run per mode, image and network profile, and writes JSON, markdown and SVG.
  */
-import { access, mkdir, writeFile } from 'node:fs/promises';
+import { access, mkdir, rm, writeFile } from 'node:fs/promises';
 import { cpus, release, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +16,9 @@ import { PodmanEnv } from '../lib/podman.js';
 import { requireTools, run, say } from '../lib/proc.js';
 import { profileSource } from '../lib/profile.js';
 import { startBenchRegistry } from '../lib/registry-server.js';
-import { checkLink, measureProxyOverhead, type LinkCheck, type ProxyOverhead } from './calibrate.js';
+import { describeFlags, resolveLaunchFlags } from '../lib/store-flags.js';
+import { startStore } from '../lib/store-process.js';
+import { checkLink, measureProxyOverhead } from './calibrate.js';
 import { ensureFormats, type FormatId, type FormatOutcome } from './formats.js';
 import {
   MAX_PODMAN_DIR,
@@ -28,9 +30,9 @@ import {
 } from './modes.js';
 import { openNetworkPath } from './networks.js';
 import { parseOptions, type HarnessOptions } from './options.js';
-import { renderMarkdown, summarizeAll, type Cell } from './report.js';
-import { renderChart } from './svg.js';
-import { buildWorkloads } from './workloads.js';
+import type { Cell } from './report.js';
+import { writeOutputs, type Results } from './results.js';
+import { buildWorkloads, modelLoadVariant, type Workload } from './workloads.js';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -47,7 +49,7 @@ async function machine(): Promise<Record<string, unknown>> {
   };
 }
 
-function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreCommand>> {
+async function storeCommands(o: HarnessOptions): Promise<Partial<Record<StoreKind, StoreCommand>>> {
   const ours: StoreCommand = {
     argv: o.storeBin
       ? o.storeBin.split(/\s+/).filter(Boolean)
@@ -58,77 +60,74 @@ function storeCommands(o: HarnessOptions): Partial<Record<StoreKind, StoreComman
   };
   const out: Partial<Record<StoreKind, StoreCommand>> = { ours };
   if (o.baselineStore) {
+    const argv = [resolve(o.baselineStore)];
+    const flags = await resolveLaunchFlags(argv, o.baselineFlavour);
+    say(
+      `baseline store ${argv[0]}: ${describeFlags(flags)} (${o.baselineFlavour === 'auto' ? 'probed --help' : `--baseline-flavour ${o.baselineFlavour}`}): --${flags.join(' --')}`,
+    );
+    const config = o.baselineConfig ?? o.storeConfig;
     out.baseline = {
-      argv: [resolve(o.baselineStore)],
+      argv,
       stopSignal: o.baselineStopSignal,
       logLevel: o.storeLogLevel,
-      ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
+      flags,
+      ...(o.baselineArgs.length > 0 ? { extraArgs: o.baselineArgs } : {}),
+      ...(config ? { config: resolve(config) } : {}),
     };
   }
   return out;
 }
 
-interface Results {
-  version: 1;
-  startedAt: string;
-  finishedAt?: string;
-  durationS?: number;
-  complete: boolean;
-  machine: Record<string, unknown>;
-  options: Record<string, unknown>;
-  workloads: Array<Record<string, unknown>>;
-  calibration: {
-    proxyOverhead?: ProxyOverhead | { error: string };
-    links: Array<LinkCheck | { network: string; error: string }>;
-  };
-  summaries: ReturnType<typeof summarizeAll>;
-  cells: Cell[];
-}
-
-async function writeOutputs(o: HarnessOptions, res: Results): Promise<void> {
-  await mkdir(o.out, { recursive: true });
-  res.summaries = summarizeAll(res.cells);
-  await writeFile(join(o.out, 'results.json'), JSON.stringify(res, null, 2) + '\n');
-  const m = res.machine;
-  const prox = res.calibration.proxyOverhead;
-  const lines = [
-    `Run ${res.startedAt}${res.durationS !== undefined ? ` (${Math.round(res.durationS)} s)` : ''}${res.complete ? '' : ' — INCOMPLETE'}; ` +
-      `${o.quick ? 'quick preset' : 'full preset'}; ${o.iterations} iteration(s); images ${o.images.join(', ')} (large scale ${o.scale}); shaper ${o.shaper}.`,
-    `Machine: ${String(m.cpus)} x ${String(m.cpuModel)}, ${String(m.memGiB)} GiB RAM, kernel ${String(m.kernel)}, ${String(m.podman)}, node ${String(m.node)}.`,
-    ...res.workloads.map(
-      (w) =>
-        `- image **${String(w.name)}**: ${(Number(w.uncompressedBytes) / 1e6).toFixed(0)} MB uncompressed, ${String(w.layers)} layer(s)` +
-        (w.touchedBytes ? `, entrypoint reads ${(Number(w.touchedBytes) / 1e6).toFixed(1)} MB` : '') +
-        `; compressed: ${Object.entries(
-          w.images as Record<string, { compressedBytes?: number; error?: string }>,
-        )
-          .map(
-            ([f, i]) => `${f} ${i.compressedBytes ? (i.compressedBytes / 1e6).toFixed(0) + ' MB' : 'FAILED'}`,
-          )
-          .join(', ')}`,
-    ),
-    prox && 'directMbit' in prox
-      ? `Proxy overhead (loopback, ${(prox.bytes / 2 ** 20).toFixed(0)} MiB range, p50 of 3): direct ${prox.directMbit.toFixed(0)} Mbit/s, through the pass-through proxy ${prox.proxiedMbit.toFixed(0)} Mbit/s (${(prox.throughputLoss * 100).toFixed(1)} % loss); TTFB ${prox.directTtfbMs.toFixed(2)} vs ${prox.proxiedTtfbMs.toFixed(2)} ms.`
-      : prox
-        ? `Proxy overhead: not measured (${prox.error}).`
-        : '',
-    ...res.calibration.links.map((l) =>
-      'error' in l
-        ? `Link ${l.network}: check failed (${l.error}).`
-        : `Link ${l.network}: target ${l.targetMbit ?? '∞'} Mbit/s / ${l.targetRttMs} ms RTT; measured ${l.achievedMbit.toFixed(1)} Mbit/s over ${(l.bytes / 1e6).toFixed(0)} MB, fresh-connection TTFB ${l.ttfbMs.toFixed(1)} ms (≈ 2 RTT expected).`,
-    ),
-    o.scale !== 1 && o.images.includes('large')
-      ? `NB: the issue's targets are for the full-size large image (scale 1, 1.6 GB); this run used scale ${o.scale}.`
-      : '',
-  ].filter(Boolean);
-  await writeFile(
-    join(o.out, 'results.md'),
-    renderMarkdown({ title: 'Container start-up benchmark', lines }, res.summaries),
-  );
-  await writeFile(
-    join(o.out, 'chart.svg'),
-    renderChart('Cold pull + first run (p50): lower is better', res.summaries),
-  );
+/**
+ * Start each store once on a scratch mount before any iteration: a store that cannot start (a flag
+ * it rejects, a bad config) is reported once with its own words, and its modes are skipped, instead
+ * of one failed run per iteration. Returns the reason per store kind that failed.
+ */
+async function preflightStores(
+  workDir: string,
+  stores: Partial<Record<StoreKind, StoreCommand>>,
+  kinds: ReadonlySet<StoreKind>,
+): Promise<Map<StoreKind, string>> {
+  const failed = new Map<StoreKind, string>();
+  for (const kind of kinds) {
+    const cmd = stores[kind];
+    if (!cmd) continue;
+    const dir = join(workDir, 'r', `preflight-${kind}`);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true });
+    let config = cmd.config;
+    if (!config) {
+      config = join(dir, 'store-config.toml');
+      await writeFile(config, '# sgz benchmark: store defaults\n');
+    }
+    try {
+      const st = await startStore({
+        command: cmd.argv,
+        root: join(dir, 'root'),
+        mountpoint: join(dir, 'm'),
+        addr: join(dir, 'store.sock'),
+        config,
+        logLevel: cmd.logLevel,
+        ...(cmd.flags ? { flags: cmd.flags } : {}),
+        ...(cmd.extraArgs ? { extraArgs: cmd.extraArgs } : {}),
+        stopSignal: cmd.stopSignal,
+        logFile: join(dir, 'store.log'),
+      });
+      const stopped = await st.stop();
+      if (stopped.forcedUnmount) {
+        say(`NOTE: the ${kind} store left its mount behind on ${cmd.stopSignal} (lazily unmounted)`);
+      }
+      say(`${kind} store starts and stops cleanly: ${cmd.argv.join(' ')}`);
+    } catch (e) {
+      const why = (e as Error).message.replace(/\s+/g, ' ').slice(0, 600);
+      failed.set(kind, `the ${kind} store does not start: ${why}`);
+      say(`ERROR: the ${kind} store does not start; its modes are skipped. ${why}`);
+    } finally {
+      await unmountUnder(dir);
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+  return failed;
 }
 
 async function main(): Promise<void> {
@@ -203,7 +202,7 @@ async function main(): Promise<void> {
     insecureRegistries: [registry.host],
   });
   const source = profileSource(o.profile);
-  const stores = storeCommands(o);
+  const stores = await storeCommands(o);
   const outcomes = new Map<string, FormatOutcome[]>();
   for (const w of workloads) {
     const fo = await ensureFormats(
@@ -243,6 +242,20 @@ async function main(): Promise<void> {
     res.complete = true;
     await writeOutputs(o, res);
     return;
+  }
+  const storeFailures = await preflightStores(
+    o.workDir,
+    stores,
+    new Set(modes.flatMap((m) => (m.store ? [m.store] : []))),
+  );
+  res.storeFailures = Object.fromEntries(storeFailures);
+  // what each first run does: the image's entrypoint and/or reading a whole model shard
+  const runs: Workload[] = [];
+  for (const w of workloads) {
+    for (const k of o.workloads) {
+      if (k === 'startup') runs.push(w);
+      else if (w.modelShard) runs.push(await modelLoadVariant(w));
+    }
   }
 
   // calibration on the biggest gzip blob we have
@@ -286,13 +299,13 @@ async function main(): Promise<void> {
           res.calibration.links.push({ network: net.name, error: (e as Error).message });
         }
       }
-      for (const w of workloads) {
+      for (const w of runs) {
         const fo = outcomes.get(w.name)!;
         const cells = new Map<string, Cell>();
         for (const m of modes) {
           const f = fo.find((x) => x.format === m.format);
           const cell: Cell = {
-            image: w.name,
+            image: w.label ?? w.name,
             network: net.name,
             mode: m.id,
             label: m.label,
@@ -300,6 +313,7 @@ async function main(): Promise<void> {
             iterations: [],
           };
           if (!f?.image) cell.skipped = `format ${m.format} not available: ${f?.error ?? 'not built'}`;
+          else if (m.store && storeFailures.has(m.store)) cell.skipped = storeFailures.get(m.store)!;
           cells.set(m.id, cell);
           res.cells.push(cell);
         }
@@ -309,8 +323,15 @@ async function main(): Promise<void> {
             const cell = cells.get(m.id)!;
             // a mode that failed once is not retried in the same cell (keeps broken modes cheap)
             if (cell.skipped || cell.iterations.some((r) => !r.ok)) continue;
+            if (m.store && storeFailures.has(m.store)) {
+              if (cell.iterations.length === 0) cell.skipped = storeFailures.get(m.store)!;
+              continue;
+            }
             if (aborting()) return;
+            const image = fo.find((x) => x.format === m.format)?.image;
             const r = await runIteration({
+              ...(image ? { layers: image.layers } : {}),
+              resolveProbe: o.resolveProbe && w.kind !== 'model-load',
               workDir: o.workDir,
               path,
               workload: w,
@@ -323,10 +344,17 @@ async function main(): Promise<void> {
             // an iteration cut short by Ctrl-C is not a measurement
             if (aborting()) return;
             cell.iterations.push(r);
+            if (r.storeStartFailed && m.store && !storeFailures.has(m.store)) {
+              // said once; the store's other cells are skipped instead of failing one by one
+              const why = `the ${m.store} store stopped starting: ${(r.error ?? '').replace(/\s+/g, ' ').slice(0, 600)}`;
+              storeFailures.set(m.store, why);
+              res.storeFailures = Object.fromEntries(storeFailures);
+              say(`ERROR: ${why}; its remaining modes are skipped`);
+            }
             say(
               r.ok
-                ? `${w.name} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
-                : `${w.name} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
+                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.layers?.some((l) => l.lookupMs !== undefined) ? `, lookup ms ${r.layers.map((l) => (l.lookupMs !== undefined ? l.lookupMs.toFixed(0) : '-')).join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
+                : `${cell.image} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
             await writeOutputs(o, res);
           }

@@ -1,15 +1,17 @@
-import { copyFile, mkdir, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
 import { onCleanup } from '../lib/cleanup.js';
 import { unmountUnder } from '../lib/mounts.js';
 import { PodmanEnv, type StorageMode } from '../lib/podman.js';
 import { say, sleep, tail } from '../lib/proc.js';
-import type { Usage } from '../lib/registry-server.js';
+import { blobUsage, summarizeAccess, type Usage } from '../lib/registry-server.js';
+import type { LaunchFlag } from '../lib/store-flags.js';
+import { parseResolutions } from '../lib/store-log.js';
 import { startStore, type RunningStore } from '../lib/store-process.js';
 import type { FormatId } from './formats.js';
 import type { NetworkPath } from './networks.js';
-import type { Workload } from './workloads.js';
+import { parseModelLoadOutput, type Workload } from './workloads.js';
 
 /**
  * Modes = how an image gets from the registry into a running container:
@@ -96,6 +98,70 @@ export interface StoreCommand {
   stopSignal: NodeJS.Signals;
   config?: string;
   logLevel: string;
+  /** Launch flags the binary accepts (probed or named; see store-flags.ts). */
+  flags?: readonly LaunchFlag[];
+  extraArgs?: readonly string[];
+}
+
+/** One layer of the image as one iteration saw it. */
+export interface LayerStat {
+  digest: string;
+  /** Compressed size of the blob. */
+  blobBytes: number;
+  /** Registry bytes and blob GETs of this blob from the start of the pull to the end of the window. */
+  startBytes: number;
+  startRequests: number;
+  /** Our store's `layer resolved` ms (first lookup to answer); absent when the store does not log it. */
+  resolveMs?: number;
+  /**
+   * --resolve-probe: ms of `stat <mnt>/<base64 ref>/<digest>/diff` from the harness on a fresh
+   * instance of the same store, layers in image order (the first one includes the manifest fetch);
+   * measured the same way for every store.
+   */
+  lookupMs?: number;
+}
+
+/**
+ * Time the ALS lookup of each layer (what c/storage does first) on a fresh store instance, outside
+ * the measured window: start, `stat` the layers' `diff` in image order, stop. The stat runs in the
+ * harness process, never in the store serving the mount.
+ */
+async function probeLookups(
+  dir: string,
+  cmd: StoreCommand,
+  config: string,
+  ref: string,
+  layers: ReadonlyArray<{ digest: string }>,
+  prefix: string[],
+): Promise<number[]> {
+  const q = join(dir, 'q');
+  const mnt = join(q, 'm');
+  const st = await startStore({
+    command: cmd.argv,
+    root: join(q, 'root'),
+    mountpoint: mnt,
+    addr: join(q, 's.sock'),
+    config,
+    logLevel: cmd.logLevel,
+    ...(cmd.flags ? { flags: cmd.flags } : {}),
+    ...(cmd.extraArgs ? { extraArgs: cmd.extraArgs } : {}),
+    prefix,
+    stopSignal: cmd.stopSignal,
+    logFile: join(q, 'store.log'),
+  });
+  const out: number[] = [];
+  try {
+    const refDir = join(mnt, Buffer.from(ref).toString('base64'));
+    for (const l of layers) {
+      const t0 = performance.now();
+      await stat(join(refDir, l.digest, 'diff'));
+      out.push(performance.now() - t0);
+    }
+  } finally {
+    await st.stop();
+    await unmountUnder(q);
+  }
+  return out;
 }
 
 export interface IterationResult {
@@ -106,12 +172,25 @@ export interface IterationResult {
   runMs?: number;
   totalMs?: number;
   registry?: Usage;
+  /** Registry traffic of the pull phase, and of the run phase (after the pull: start-up reads and
+   *  whatever the store fetches in the background while the container starts and runs). */
+  pullRegistry?: Usage;
+  runRegistry?: Usage;
+  /** Compressed bytes of the image's layers (for registry bytes / blob bytes). */
+  imageBlobBytes?: number;
+  layers?: LayerStat[];
+  /** model-load: time to read the whole shard cold (sha256sum) and again warm (cat), in the container. */
+  coldReadMs?: number;
+  warmReadMs?: number;
+  readBytes?: number;
   /** Layers served by the store vs all layers (als modes). */
   lazyLayers?: number;
   totalLayers?: number;
   storePeakRssKiB?: number;
   storeCpuMs?: number;
   storeForcedUnmount?: boolean;
+  /** The store did not start (the harness then skips that store's remaining modes). */
+  storeStartFailed?: boolean;
   output?: string;
 }
 
@@ -126,6 +205,10 @@ export interface IterationContext {
   seq: number;
   /** Store logs of failed iterations are kept here. */
   failedLogDir?: string;
+  /** The image's layers (digest, compressed size) for per-layer figures. */
+  layers?: ReadonlyArray<{ digest: string; size: number }>;
+  /** Time each layer's lookup on a fresh store first (see probeLookups). */
+  resolveProbe?: boolean;
 }
 
 /**
@@ -137,13 +220,14 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
   // Short on purpose: with a Podman runroot much longer than ~45 characters every `podman run` stalls
   // 20 s ("Exceeded conmon timeout waiting for container to exit"), measured on Podman 4.3.1.
   const dir = runDir(ctx.workDir, ctx.seq);
-  const name = `${workload.name}-${path.profile.name}-${mode.id}-${ctx.iteration}`;
+  const name = `${workload.label ?? workload.name}-${path.profile.name}-${mode.id}-${ctx.iteration}`;
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
   const ref = `${path.refHost}/bench/${workload.name}:${mode.format}`;
   const res: IterationResult = { iteration: ctx.iteration, ok: false };
   let store: RunningStore | undefined;
   let podman: PodmanEnv | undefined;
+  let lookupMs: number[] | undefined;
   const mnt = join(dir, 'm');
   // teardown order: Podman first (an ALS must still be mounted to see its release), then the store
   const teardown = onCleanup(`iteration ${dir}`, async () => {
@@ -151,6 +235,15 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     if (store) {
       const s = await store.stop();
       res.storeForcedUnmount = s.forcedUnmount;
+      if (res.layers && mode.store === 'ours') {
+        // the log is complete once the store has exited
+        const log = await readFile(join(dir, 'store.log'), 'utf8').catch(() => '');
+        const byDigest = new Map(parseResolutions(log).map((r) => [r.digest, r.ms]));
+        for (const l of res.layers) {
+          const ms = byDigest.get(l.digest);
+          if (ms !== undefined) l.resolveMs = ms;
+        }
+      }
       if (!res.ok && ctx.failedLogDir) {
         await mkdir(ctx.failedLogDir, { recursive: true });
         await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(
@@ -176,6 +269,12 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         config = join(dir, 'store-config.toml');
         await writeFile(config, '# sgz benchmark: store defaults\n');
       }
+      if (ctx.resolveProbe && ctx.layers) {
+        lookupMs = await probeLookups(dir, cmd, config, ref, ctx.layers, path.prefix);
+        // let the probe store's cut-off responses reach the access log before the window opens
+        await path.registry.settle(300, 3000);
+      }
+      res.storeStartFailed = true;
       store = await startStore({
         command: cmd.argv,
         root: storeRoot,
@@ -183,10 +282,13 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         addr: join(dir, 'store.sock'),
         config,
         logLevel: cmd.logLevel,
+        ...(cmd.flags ? { flags: cmd.flags } : {}),
+        ...(cmd.extraArgs ? { extraArgs: cmd.extraArgs } : {}),
         prefix: path.prefix,
         stopSignal: cmd.stopSignal,
         logFile: join(dir, 'store.log'),
       });
+      delete res.storeStartFailed;
       storage = { kind: 'als', mount: mnt };
     }
     podman = await PodmanEnv.create({
@@ -197,19 +299,44 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     });
     const mark = path.registry.mark();
     res.pullMs = await podman.pull(ref);
+    const afterPull = path.registry.mark();
     if (mode.storage === 'als') {
       const c = await podman.alsLayerCount(mnt);
       res.lazyLayers = c.lazy;
       res.totalLayers = c.total;
     }
-    const r = await podman.runImage(ref);
+    const r = await podman.runImage(ref, undefined, workload.runCmd);
     res.runMs = r.ms;
     res.totalMs = res.pullMs + res.runMs;
     res.output = tail(r.output.trim(), 400);
     // responses are logged when they complete: a short grace, then a fixed window end (so a store's
     // background fetch after the first run is not counted)
     await sleep(300);
-    res.registry = path.registry.usageSince(mark, path.registry.mark());
+    const end = path.registry.mark();
+    res.registry = path.registry.usageSince(mark, end);
+    res.pullRegistry = path.registry.usageSince(mark, afterPull);
+    res.runRegistry = summarizeAccess(path.registry.records(afterPull, end));
+    if (ctx.layers) {
+      const per = blobUsage(path.registry.records(mark, end));
+      res.imageBlobBytes = ctx.layers.reduce((a, l) => a + l.size, 0);
+      res.layers = ctx.layers.map((l) => ({
+        digest: l.digest,
+        blobBytes: l.size,
+        startBytes: per[l.digest]?.bytes ?? 0,
+        startRequests: per[l.digest]?.requests ?? 0,
+      }));
+      lookupMs?.forEach((ms, i) => {
+        if (res.layers?.[i]) res.layers[i].lookupMs = ms;
+      });
+    }
+    if (workload.kind === 'model-load') {
+      const t = parseModelLoadOutput(r.output);
+      if (t) {
+        res.coldReadMs = t.coldMs;
+        res.warmReadMs = t.warmMs;
+        res.readBytes = workload.modelShard?.bytes;
+      }
+    }
     if (store) {
       const s = await store.sample();
       if (s) {

@@ -2,7 +2,8 @@ import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
 import { StoreError } from '../../src/util/errors.js';
 import { parseNetwork, type NetworkProfile, type Shaper } from './networks.js';
-import { WORKLOADS, type WorkloadName } from './workloads.js';
+import type { StoreFlavour } from '../lib/store-flags.js';
+import { WORKLOAD_KINDS, WORKLOADS, type WorkloadKind, type WorkloadName } from './workloads.js';
 
 /** Command-line options of the start-up benchmark (pure parsing; presets for --quick and full). */
 
@@ -20,6 +21,11 @@ export interface HarnessOptions {
   storeLogLevel: string;
   baselineStore?: string;
   baselineStopSignal: NodeJS.Signals;
+  baselineFlavour: StoreFlavour;
+  baselineArgs: string[];
+  baselineConfig?: string;
+  workloads: WorkloadKind[];
+  resolveProbe: boolean;
   profile: string;
   workDir: string;
   out: string;
@@ -73,6 +79,26 @@ export function buildCommand(): Command {
         .choices(['SIGINT', 'SIGTERM'])
         .default('SIGINT'),
     )
+    .addOption(
+      new Option(
+        '--baseline-flavour <kind>',
+        'command line of the baseline: auto (probe its --help), go (--config --log-level --root: the Go stargz-store v0.12 has no --addr), ours (+ --addr)',
+      )
+        .choices(['auto', 'go', 'ours'])
+        .default('auto'),
+    )
+    .option('--baseline-args <args>', 'extra arguments for the baseline store (space-separated)')
+    .option('--baseline-config <file>', 'config.toml of the baseline store (default: --store-config)')
+    .option(
+      '--workload <list>',
+      `what the first run does: ${WORKLOAD_KINDS.join(', ')} (model-load reads a whole model shard; large image only)`,
+      'startup',
+    )
+    .option(
+      '--resolve-probe',
+      'before each lazy iteration, time `stat <mnt>/<ref>/<digest>/diff` per layer on a fresh store (same for every store; startup workload)',
+      false,
+    )
     .option(
       '--profile <source>',
       'access profile source for eStargz optimisation: store (a lazy run recorded by our store) | strace | file:<path>',
@@ -123,6 +149,19 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
       `--work-dir ${workDir} is inside the repository; use /tmp/... or another disk`,
     );
   }
+  const kinds = String(o.workload)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const k of kinds) {
+    if (!WORKLOAD_KINDS.includes(k as WorkloadKind)) {
+      throw new StoreError('E_CONFIG', `unknown workload "${k}" (known: ${WORKLOAD_KINDS.join(', ')})`);
+    }
+  }
+  if (kinds.length === 0) throw new StoreError('E_CONFIG', '--workload must name at least one workload');
+  if (kinds.includes('model-load') && !images.includes('large')) {
+    throw new StoreError('E_CONFIG', '--workload model-load needs the large image (--images large)');
+  }
   return {
     quick: Boolean(o.quick),
     images: images as WorkloadName[],
@@ -137,6 +176,13 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
     storeLogLevel: String(o.storeLogLevel),
     ...(o.baselineStore ? { baselineStore: String(o.baselineStore) } : {}),
     baselineStopSignal: o.baselineStopSignal as NodeJS.Signals,
+    baselineFlavour: o.baselineFlavour as StoreFlavour,
+    baselineArgs: String(o.baselineArgs ?? '')
+      .split(/\s+/)
+      .filter(Boolean),
+    ...(o.baselineConfig ? { baselineConfig: String(o.baselineConfig) } : {}),
+    workloads: kinds as WorkloadKind[],
+    resolveProbe: Boolean(o.resolveProbe),
     profile: String(o.profile),
     workDir,
     out: resolve(String(o.out)),

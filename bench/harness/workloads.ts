@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
@@ -20,6 +21,19 @@ import { createLayerTar, type LayerTar } from '../lib/tarball.js';
 export type WorkloadName = 'small' | 'python' | 'large';
 export const WORKLOADS: readonly WorkloadName[] = ['small', 'python', 'large'];
 
+/**
+ * What the first run does: `startup` = the image's own entrypoint (reads ~1 % of the large image);
+ * `model-load` = reads a whole model shard at start (issue 11): `cat` of shard 1 (cold read), `cat`
+ * again (warm re-read), both timed inside the container, then `sha256sum` of it (untimed: the bytes
+ * the reads left in the page cache are checked against the source; timing sha256sum would cap the
+ * cold rate at coreutils' hashing speed, ~120-400 MB/s here). Only the large image has a model.
+ */
+export type WorkloadKind = 'startup' | 'model-load';
+export const WORKLOAD_KINDS: readonly WorkloadKind[] = ['startup', 'model-load'];
+
+/** Where the model shard read by `model-load` lives in the image. */
+export const MODEL_SHARD = '/models/llm/model-00001-of-00003.safetensors';
+
 export interface BuiltLayer extends LayerTar {
   /** Cache key of the content (changes when the layer would change). */
   key: string;
@@ -38,6 +52,55 @@ export interface Workload {
   uncompressedBytes: number;
   /** Bytes the entrypoint reads, when known. */
   touchedBytes?: number;
+  /** `startup` unless this is a model-load variant. */
+  kind?: WorkloadKind;
+  /** Label of report rows: the image name, `+model-load` for that variant. */
+  label?: string;
+  /** Command that replaces the image's entrypoint for the first run. */
+  runCmd?: string[];
+  /** The model shard of the large image: its host copy and size. */
+  modelShard?: { hostPath: string; bytes: number };
+}
+
+/** The command of the model-load first run (pure); prints `model-load cold-ns=N warm-ns=M`. */
+export function modelLoadCmd(shard = MODEL_SHARD): string[] {
+  return [
+    '/bin/sh',
+    '-c',
+    `f=${shard}; a=$(date +%s%N); cat "$f" >/dev/null; b=$(date +%s%N); cat "$f" >/dev/null; c=$(date +%s%N); ` +
+      'echo "model-load cold-ns=$((b-a)) warm-ns=$((c-b))"; sha256sum "$f"',
+  ];
+}
+
+/** Cold and warm read times (ms) from the model-load output (pure). */
+export function parseModelLoadOutput(out: string): { coldMs: number; warmMs: number } | undefined {
+  const m = /model-load cold-ns=(\d+) warm-ns=(\d+)/.exec(out);
+  return m ? { coldMs: Number(m[1]) / 1e6, warmMs: Number(m[2]) / 1e6 } : undefined;
+}
+
+async function sha256File(path: string): Promise<string> {
+  const h = createHash('sha256');
+  for await (const b of createReadStream(path)) h.update(b as Buffer);
+  return h.digest('hex');
+}
+
+/** The model-load variant of the large workload (same image, another first-run command). */
+export async function modelLoadVariant(w: Workload): Promise<Workload> {
+  if (!w.modelShard) {
+    throw new StoreError(
+      'E_CONFIG',
+      `workload ${w.name} has no model shard (model-load needs the large image)`,
+    );
+  }
+  const digest = await sha256File(w.modelShard.hostPath);
+  return {
+    ...w,
+    kind: 'model-load',
+    label: `${w.name}+model-load`,
+    runCmd: modelLoadCmd(),
+    expect: [`${digest}  ${MODEL_SHARD}`, 'model-load cold-ns='],
+    touchedBytes: w.modelShard.bytes,
+  };
 }
 
 export interface WorkloadParams {
@@ -153,6 +216,10 @@ export async function buildWorkloads(names: readonly WorkloadName[], p: Workload
         expect: [md.expectedOutput],
         uncompressedBytes: baseLayer.size + pyLayer!.size + modelLayer.size,
         touchedBytes: md.touchedBytes,
+        modelShard: {
+          hostPath: join(modelDir, MODEL_SHARD.slice(1)),
+          bytes: (await stat(join(modelDir, MODEL_SHARD.slice(1)))).size,
+        },
       });
     } else {
       throw new StoreError('E_CONFIG', `unknown workload ${String(name)}`);

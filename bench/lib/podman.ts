@@ -108,8 +108,12 @@ export class PodmanEnv {
   }
 
   /** First run of the image's default command; returns wall-clock ms and output. */
-  async runImage(ref: string, timeoutMs = 15 * 60_000): Promise<{ ms: number; output: string }> {
-    const r = await this.podman(['run', '--rm', '--network', 'none', ref], { timeoutMs });
+  async runImage(
+    ref: string,
+    timeoutMs = 15 * 60_000,
+    cmd: readonly string[] = [],
+  ): Promise<{ ms: number; output: string }> {
+    const r = await this.podman(['run', '--rm', '--network', 'none', ref, ...cmd], { timeoutMs });
     return { ms: r.ms, output: r.stdout + r.stderr };
   }
 

@@ -69,6 +69,22 @@ export function summarizeAccess(records: readonly Omit<AccessRecord, 'seq'>[]): 
   return u;
 }
 
+/** Blob GET requests and bytes per blob digest (pure): what a window fetched of each layer. */
+export function blobUsage(
+  records: readonly Omit<AccessRecord, 'seq'>[],
+): Record<string, { requests: number; bytes: number }> {
+  const out: Record<string, { requests: number; bytes: number }> = {};
+  for (const r of records) {
+    if (r.method !== 'GET') continue;
+    const m = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(r.path.split('?')[0]!);
+    if (!m) continue;
+    const b = (out[m[1]!] ??= { requests: 0, bytes: 0 });
+    b.requests++;
+    b.bytes += r.bytes;
+  }
+  return out;
+}
+
 export function clientClass(userAgent: string): string {
   if (userAgent.includes('containers/') || userAgent.includes('podman') || userAgent.includes('skopeo'))
     return 'podman';

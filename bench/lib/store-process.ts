@@ -5,6 +5,7 @@ import { StoreError } from '../../src/util/errors.js';
 import { onCleanup } from './cleanup.js';
 import { mountAt } from './mounts.js';
 import { run, sleep, tail } from './proc.js';
+import type { LaunchFlag } from './store-flags.js';
 
 /**
  * Runs a store binary that takes the stargz-store flags
@@ -19,6 +20,13 @@ export interface StoreLaunchOptions {
   root: string;
   mountpoint: string;
   addr: string;
+  /**
+   * Flags the binary accepts (see store-flags.ts); a flag it lacks is left out (the Go store v0.12
+   * rejects --addr). Undefined = all of them.
+   */
+  flags?: readonly LaunchFlag[];
+  /** Appended after the flags, before the mount point (--baseline-args). */
+  extraArgs?: readonly string[];
   config?: string;
   logLevel?: string;
   /** argv prefix (nsenter into the client network namespace). */
@@ -82,10 +90,20 @@ export async function sampleProcess(pid: number): Promise<ProcSample | undefined
   }
 }
 
-export function storeArgv(o: StoreLaunchOptions): string[] {
+/** The full command line of a store (pure). */
+export function storeArgv(
+  o: Pick<
+    StoreLaunchOptions,
+    'prefix' | 'command' | 'config' | 'logLevel' | 'root' | 'addr' | 'mountpoint' | 'flags' | 'extraArgs'
+  >,
+): string[] {
+  const has = (f: LaunchFlag) => !o.flags || o.flags.includes(f);
   const argv = [...(o.prefix ?? []), ...o.command];
-  if (o.config) argv.push('--config', o.config);
-  argv.push('--log-level', o.logLevel ?? 'info', '--root', o.root, '--addr', o.addr, o.mountpoint);
+  if (o.config && has('config')) argv.push('--config', o.config);
+  if (has('log-level')) argv.push('--log-level', o.logLevel ?? 'info');
+  if (has('root')) argv.push('--root', o.root);
+  if (has('addr')) argv.push('--addr', o.addr);
+  argv.push(...(o.extraArgs ?? []), o.mountpoint);
   return argv;
 }
 

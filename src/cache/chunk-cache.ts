@@ -29,6 +29,8 @@ export interface ChunkCacheStats {
   diskBytes: number;
   diskEntries: number;
   reservedBytes: number;
+  /** Disk bytes accounted for the blob store (compressed bytes kept until verification). */
+  externalBytes: number;
   memoryBytes: number;
   memoryEntries: number;
   memoryHits: number;
@@ -74,6 +76,8 @@ export class ChunkCache {
   private readonly writes = new Map<string, Promise<void>>();
   private readonly unlinks = new Set<Promise<void>>();
   private reserved = 0;
+  /** Disk bytes held outside the chunk files (the blob store's compressed bytes). */
+  private external = 0;
   private freeEstimate = Number.POSITIVE_INFINITY;
   private freeCheckedAt = 0;
   private scanned = false;
@@ -263,7 +267,7 @@ export class ChunkCache {
    */
   private makeRoom(bytes: number, pinned: boolean): Array<{ hex: string; bytes: number }> | undefined {
     if (!pinned && bytes > this.maxBytes) return undefined;
-    const overBytes = (): boolean => this.index.bytes + this.reserved + bytes > this.maxBytes;
+    const overBytes = (): boolean => this.index.bytes + this.reserved + this.external + bytes > this.maxBytes;
     const overHard = (): boolean =>
       this.index.count + 1 > this.maxEntries || this.freeEstimate - bytes < this.minFreeBytes;
     const victims: Array<{ hex: string; bytes: number }> = [];
@@ -312,6 +316,28 @@ export class ChunkCache {
     }
   }
 
+  /**
+   * Account `bytes` of disk used by someone else under the same bounds (the blob store's
+   * compressed bytes), evicting unpinned chunks to make room. False: they do not fit.
+   */
+  async reserveExternal(bytes: number): Promise<boolean> {
+    if (this.closed || !(bytes >= 0)) return false;
+    await this.refreshFree();
+    const victims = this.makeRoom(bytes, false);
+    if (victims === undefined) return false;
+    for (const v of victims) this.unlinkChunk(v.hex);
+    this.external += bytes;
+    this.freeEstimate -= bytes;
+    return true;
+  }
+
+  /** Give back bytes taken with reserveExternal (the files were deleted). */
+  releaseExternal(bytes: number): void {
+    const n = Math.min(this.external, Math.max(0, bytes));
+    this.external -= n;
+    this.freeEstimate += n;
+  }
+
   /** Pin the chunks of a layer: they are never evicted while any layer pins them. */
   pin(layerKey: string, digests: Iterable<string>): void {
     const hexes: string[] = [];
@@ -332,6 +358,7 @@ export class ChunkCache {
       diskBytes: this.index.bytes,
       diskEntries: this.index.count,
       reservedBytes: this.reserved,
+      externalBytes: this.external,
       memoryBytes: this.memory.size,
       memoryEntries: this.memory.count,
       ...this.counters,
@@ -374,7 +401,7 @@ export class ChunkCache {
       let batch = 0;
       while (
         batch < 1000 &&
-        (this.index.bytes + this.reserved > this.maxBytes ||
+        (this.index.bytes + this.reserved + this.external > this.maxBytes ||
           this.index.count > this.maxEntries ||
           this.freeEstimate < this.minFreeBytes)
       ) {

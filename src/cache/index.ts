@@ -6,7 +6,21 @@
  * - `get(digest): Promise<Buffer | undefined>` (sha256-verified on every disk read),
  *   `getMemory(digest)`, `has(digest)`, `put(digest, verifiedBytes)`.
  * - `pin(layerKey, digests)`, `unpin(layerKey)`, `isPinned(layerKey)`.
- * - `stats()`, `flush()`, `close()`, `dropMemory()`.
+ * - `stats()`, `flush()`, `close()`, `dropMemory()`, `reserveExternal()` / `releaseExternal()`.
+ *
+ * Blob store (compressed bytes kept until a layer is verified, see blob-store.ts):
+ * `BlobStore.open({ root, budget: chunkCacheBudget(cache) })`, `openBlob(digest, size)` ->
+ * `LocalBlob` (`covered`, `held`, `missing`, `read`, `write`, `onCompressedBytes`, `complete`,
+ * `invalidate`, `flush`), `remove(digest)`, `close()`.
  */
 export { ChunkCache, footprint, type ChunkCacheOptions, type ChunkCacheStats } from './chunk-cache.js';
 export { digestHex, isValidDigest } from './paths.js';
+export {
+  BlobStore,
+  LocalBlob,
+  chunkCacheBudget,
+  type BlobStoreOptions,
+  type BlobStoreStats,
+  type DiskBudget,
+} from './blob-store.js';
+export { IntervalSet, coalesce as coalesceIntervals, type Interval } from './interval-set.js';

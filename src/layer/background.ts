@@ -2,6 +2,7 @@ import type { ChunkCache } from '../cache/chunk-cache.js';
 import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
+import { recordBackgroundBytes } from '../util/metrics.js';
 import { StreamDigest } from './diffid.js';
 import { InlineStreamDigest } from './diffid-inline.js';
 import type { FetchUnit } from './plan.js';
@@ -78,6 +79,7 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
           signal,
           bypassCache: ctx.bypassCache === true,
         });
+        recordBackgroundBytes(buf!.length);
         chunkErrors += await decodeUnit(ctx, unit, buf!, stop.signal);
         return buf!;
       }, stop.signal);

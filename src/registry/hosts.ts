@@ -28,7 +28,19 @@ export interface MirrorConfig extends EndpointOptions {
   host: string;
   /** registries.conf `pull-from-mirror`. */
   pullFromMirror?: 'all' | 'digest-only' | 'tag-only';
+  /**
+   * Where blob range reads go: `mirror` (default; a mirror that ignores Range streams each blob
+   * once and every read waits for its bytes), `split` (the same stream, but reads far ahead of it
+   * go to the next host meanwhile, so a cold cache costs no start-up time) or `next-host` (range
+   * reads skip this mirror and go to the next host, usually the origin, while the mirror still
+   * serves manifests and configs).
+   */
+  rangedReads?: RangedReads;
+  /** Send `?ns=<registry>` (containerd's convention, Dragonfly's upstream selector). Default true. */
+  nsQuery?: boolean;
 }
+
+export type RangedReads = 'mirror' | 'split' | 'next-host';
 
 export interface RegistryHostConfig extends EndpointOptions {
   /** Tried in order before the registry itself. */
@@ -58,6 +70,8 @@ export interface Endpoint {
   options: EndpointOptions;
   /** `scheme://host` */
   origin: string;
+  /** Mirrors only: `split` / `next-host` (see MirrorConfig.rangedReads). */
+  rangedReads?: RangedReads;
 }
 
 /** containerd's MatchLocalhost: loopback registries are spoken to over plain HTTP. */
@@ -191,9 +205,12 @@ export function resolveEndpoints(
     if (m.pullFromMirror === 'tag-only' && ref.digest !== undefined) continue;
     const mh = splitLocation(m.host).host;
     const mhost = apiHost(mh.toLowerCase());
-    const ns = mhost === apiHost(ref.registry) ? undefined : ref.registry;
-    for (const s of schemesFor(mh, m))
-      out.push(makeEndpoint(m.host, suffix, m, false, ns, s.scheme, s.skipVerify));
+    const ns = m.nsQuery === false || mhost === apiHost(ref.registry) ? undefined : ref.registry;
+    for (const s of schemesFor(mh, m)) {
+      const ep = makeEndpoint(m.host, suffix, m, false, ns, s.scheme, s.skipVerify);
+      if (m.rangedReads !== undefined && m.rangedReads !== 'mirror') ep.rangedReads = m.rangedReads;
+      out.push(ep);
+    }
   }
   const upstreamLocation = cfg.location ?? prefix;
   const upstreamHost = splitLocation(upstreamLocation).host;

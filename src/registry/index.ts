@@ -94,3 +94,13 @@ export function defaultCredentialProviders(
   out.push(new AuthFileProvider(files));
   return out;
 }
+// Fleets (mirrors, pull-through caches, Dragonfly): the network side of a blob reader.
+export {
+  BlobFetcher,
+  RangeFetchShared,
+  type BlobFetcherOptions,
+  type BlobFetcherStats,
+  type RangeFetchSharedOptions,
+} from './blob-fetcher.js';
+export type { PassingBytesSink } from './whole-blob-stream.js';
+export type { RangeMode, RangeProfileSnapshot } from './host-range-profile.js';

@@ -14,8 +14,14 @@ export type RangeOutcome =
   | { kind: 'parts'; spans: Span[]; bytes: number; multipart: boolean }
   /** The server answered 200 with the whole blob: we kept what was asked and hung up. */
   | { kind: 'whole-blob'; spans: Span[]; bytes: number }
-  /** 400/416 to a multi-range request: the server does not do multi-range. */
+  /** 400/404/416/501 to a multi-range request: the server does not do multi-range (or not this many). */
   | { kind: 'multi-rejected'; status: number };
+
+/** `consumeRangeOrStream`: a 200 is handed back unread; the body is now the caller's. */
+export type StreamingRangeOutcome = RangeOutcome | { kind: 'whole-blob-stream'; res: Response };
+
+/** Statuses by which servers refuse multi-range requests (Zot 416 above 16, Spegel 404, CDNs 400/501). */
+const MULTI_REFUSALS = new Set([400, 404, 416, 501]);
 
 /** Overhead allowance for multipart framing per part (headers + boundaries). */
 const PART_OVERHEAD = 512;
@@ -37,6 +43,31 @@ export async function consumeRangeResponse(
   digest: string,
   ctx: ErrorContext,
 ): Promise<RangeOutcome> {
+  return (await consume(res, ranges, size, digest, ctx, false)) as RangeOutcome;
+}
+
+/**
+ * Like consumeRangeResponse, but a 200 (the whole blob, whatever Range said) comes back unread as
+ * `whole-blob-stream`, for a WholeBlobStream to serve every waiting read from that one response.
+ */
+export function consumeRangeOrStream(
+  res: Response,
+  ranges: readonly ByteRange[],
+  size: number,
+  digest: string,
+  ctx: ErrorContext,
+): Promise<StreamingRangeOutcome> {
+  return consume(res, ranges, size, digest, ctx, true);
+}
+
+async function consume(
+  res: Response,
+  ranges: readonly ByteRange[],
+  size: number,
+  digest: string,
+  ctx: ErrorContext,
+  streamWholeBlob: boolean,
+): Promise<StreamingRangeOutcome> {
   const c = { ...ctx, status: res.status };
   const dcd = headerString(res.headers['docker-content-digest']);
   if (dcd !== undefined && dcd !== digest && res.status < 300) {
@@ -46,10 +77,14 @@ export async function consumeRangeResponse(
   const multi = ranges.length > 1;
   if (res.status === 206) {
     const span = requestedSpan(ranges);
-    const boundary = multipartBoundary(res.headers['content-type']);
-    if (boundary !== undefined) {
+    let boundary = multipartBoundary(res.headers['content-type']);
+    // A multipart body whose Content-Type got lost on the way (some proxies drop it): no
+    // Content-Range header on a multi-range answer, the boundary is the body's first line.
+    const sniff = boundary === undefined && multi && res.headers['content-range'] === undefined;
+    if (boundary !== undefined || sniff) {
       const want = ranges.reduce((s, r) => s + r.length, 0) + PART_OVERHEAD * (ranges.length + 1);
       const body = await readAll(res, want, c);
+      boundary ??= sniffBoundary(body, c);
       const parts = parseMultipartByteranges(body, boundary);
       for (const p of parts) {
         checkTotal(p.total, size, c);
@@ -77,6 +112,7 @@ export async function consumeRangeResponse(
   }
   if (res.status === 200) {
     const cl = Number(headerString(res.headers['content-length']));
+    if (streamWholeBlob && !(Number.isFinite(cl) && cl !== size)) return { kind: 'whole-blob-stream', res };
     if (Number.isFinite(cl) && cl !== size) {
       await dump(res);
       throw new StoreError(
@@ -88,7 +124,7 @@ export async function consumeRangeResponse(
     const { spans, bytes } = await collectRanges(res, ranges, 0, size, true, c);
     return { kind: 'whole-blob', spans, bytes };
   }
-  if (multi && (res.status === 400 || res.status === 416)) {
+  if (multi && MULTI_REFUSALS.has(res.status)) {
     await dump(res);
     return { kind: 'multi-rejected', status: res.status };
   }
@@ -101,6 +137,23 @@ export async function consumeRangeResponse(
     );
   }
   throw await statusError(res, c);
+}
+
+/** `--<boundary>` on the first non-empty line of a multipart body. */
+function sniffBoundary(body: Buffer, ctx: ErrorContext): string {
+  const head = body
+    .subarray(0, 512)
+    .toString('latin1')
+    .replace(/^(\r?\n)+/, '');
+  const m = /^--([^\r\n]{1,200})\r?\n/.exec(head);
+  if (!m) {
+    throw new StoreError(
+      'E_REGISTRY_PROTOCOL',
+      '206 to a multi-range request with neither Content-Range nor a multipart body',
+      ctx,
+    );
+  }
+  return m[1]!.trimEnd();
 }
 
 function checkTotal(total: number, size: number, ctx: ErrorContext): void {

@@ -44,6 +44,8 @@ export interface RequestSpec {
   /** Overall budget in ms for all attempts and waits. */
   deadlineMs: number;
   context?: ErrorContext;
+  /** Override the policy's retries (a mirror with a host behind it fails over instead of waiting). */
+  maxRetries?: number;
 }
 
 export interface TransportOptions {
@@ -206,7 +208,7 @@ export class Transport {
         } finally {
           a.dispose();
         }
-        if (attempt >= policy.maxRetries) {
+        if (attempt >= (spec.maxRetries ?? policy.maxRetries)) {
           throw annotate(lastErr, { attempts: attempt + 1 });
         }
         const wait = backoffMs(policy, attempt, retryAfterMs);

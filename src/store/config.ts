@@ -4,6 +4,7 @@ import { parse as parseToml, TomlError, type TomlTable } from 'smol-toml';
 import { formatPlatform, hostPlatform } from '../registry/platform.js';
 import { StoreError } from '../util/errors.js';
 import { DEFAULT_CONTROL_SOCKET } from './control-socket.js';
+import { parseMetricsAddress } from './metrics-server.js';
 
 /**
  * The store's one typed configuration: defaults <- config.toml <- command-line flags, validated once at
@@ -37,6 +38,10 @@ export interface MirrorConfig {
   header: Record<string, string[]>;
   /** TLS files for this mirror (our extension; absent when not configured). */
   tls?: TlsFiles;
+  /** `ranged_reads = "split" | "next-host"` (absent: "mirror", the default); see registry/hosts.ts. */
+  rangedReads?: 'split' | 'next-host';
+  /** `ns_query = false`: no `?ns=<registry>` for this mirror (absent: sent). */
+  nsQuery?: false;
 }
 
 /**
@@ -79,6 +84,8 @@ export interface StoreConfig {
   noPrometheus: boolean;
   logFileAccess: boolean;
   metadataStore: 'memory' | 'db';
+  /** `metrics_address` / `--metrics-address`: host:port of the Prometheus `/metrics` endpoint; '' = off. */
+  metricsAddress: string;
 
   blob: {
     validIntervalSec: number;
@@ -167,6 +174,8 @@ export interface ConfigFlags {
   mountpoint?: string;
   /** --record-accesses FILE (wins over `[debug] record_accesses`; '' = off). */
   recordAccesses?: string;
+  /** --metrics-address host:port (wins over `metrics_address`; '' = off). */
+  metricsAddress?: string;
   /** --set key=value overrides (dotted keys, TOML values: `blob.chunk_size=100000`). */
   set?: string[];
 }
@@ -435,6 +444,7 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
       emptyIsDefault: true,
       noEffect: true,
     }),
+    metricsAddress: readMetricsAddress(top.str('metrics_address', ''), flags.metricsAddress),
     blob: readBlob(top.table_('blob')),
     directoryCache: readDirectoryCache(top.table_('directory_cache')),
     fuse: readFuse(top.table_('fuse')),
@@ -639,11 +649,17 @@ function readMirror(s: Section): MirrorConfig {
       header[name] = values as string[];
     }
   }
+  const rangedReads = s.oneOf('ranged_reads', ['mirror', 'split', 'next-host'] as const, 'mirror');
+  const nsQuery = s.bool('ns_query', true);
   const tls = readTls(s);
   s.finish();
-  return tls
+  const m: MirrorConfig = tls
     ? { host, insecure, requestTimeoutSec, header, tls }
     : { host, insecure, requestTimeoutSec, header };
+  // only when not the default, so configs without the keys read as before
+  if (rangedReads !== 'mirror') m.rangedReads = rangedReads;
+  if (!nsQuery) m.nsQuery = false;
+  return m;
 }
 
 function readCache(s: Section): StoreConfig['cache'] {
@@ -718,4 +734,11 @@ function readRegistry(s: Section): StoreConfig['registry'] {
   };
   s.finish();
   return r;
+}
+
+/** The flag wins over the file; '' is off; anything else must be host:port. */
+function readMetricsAddress(fromFile: string, flag: string | undefined): string {
+  const v = flag ?? fromFile;
+  if (v !== '') parseMetricsAddress(v);
+  return v;
 }

@@ -43,6 +43,9 @@ export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): C
         return out;
       },
       close: () => layer.close(),
+      pin: () => layer.pin(),
+      unpin: () => layer.unpin(),
+      whenBackgroundDone: () => layer.whenBackgroundDone(),
     };
     return like;
   };

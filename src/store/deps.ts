@@ -58,6 +58,11 @@ export interface LazyLayerLike {
   start?(): void;
   state(): LazyLayerState;
   close(): Promise<void> | void;
+  /** Pinned image sets: keep every chunk out of eviction until unpin(). */
+  pin?(): void;
+  unpin?(): void;
+  /** Resolves when the background pass (fetch + DiffID check) ended, either way. */
+  whenBackgroundDone?(): Promise<void>;
 }
 
 export interface CreateLayerArgs {

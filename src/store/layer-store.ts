@@ -6,6 +6,8 @@ import { InoAllocator } from './ino.js';
 import { MetaStore } from './meta-store.js';
 import { LayerResolver, RESOLVER_DEFAULTS } from './resolver.js';
 import { StoreFs, type StoreDeadlines } from './store-fs.js';
+import { holdResolved } from './pins-hold.js';
+import type { HeldLayer } from './pins.js';
 
 /** One line of `stargz-store status`. */
 export interface LayerStatus {
@@ -178,6 +180,11 @@ export class LayerStore {
       });
     }
     return out;
+  }
+
+  /** Resolve `(ref, digest)` and hold it open, its chunks pinned, until release() (pinned images). */
+  async holdLayer(ref: string, digest: string, waitMs = 120_000): Promise<HeldLayer> {
+    return holdResolved(await this.resolver.resolve(ref, digest, waitMs));
   }
 
   /** Credentials from the helper channel, passed to the registry client. */

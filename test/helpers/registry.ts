@@ -22,6 +22,8 @@ export interface RegistryOptions {
   token?: { realm: string; service: string; issuer: string; rootCertBundlePath: string };
   /** TLS: paths to server certificate and key; `clientCas` makes client certificates mandatory. */
   tls?: { certificate: string; key: string; clientCas?: string[] };
+  /** Pull-through cache (Distribution proxy mode) of this upstream URL. */
+  proxyRemoteUrl?: string;
 }
 
 export async function freePort(): Promise<number> {
@@ -71,6 +73,7 @@ export async function startRegistry(opts: RegistryOptions = {}): Promise<TestReg
       `    rootcertbundle: ${opts.token.rootCertBundlePath}`,
     );
   }
+  if (opts.proxyRemoteUrl) lines.push('proxy:', `  remoteurl: ${opts.proxyRemoteUrl}`);
   await writeFile(join(dir, 'config.yml'), lines.join('\n') + '\n');
   const child: ChildProcess = spawn('/usr/bin/docker-registry', ['serve', join(dir, 'config.yml')], {
     stdio: ['ignore', 'pipe', 'pipe'],
