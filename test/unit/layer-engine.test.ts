@@ -7,6 +7,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { BlobStore } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
 import {
   FetchScheduler,
@@ -20,7 +21,7 @@ import {
 import { ManualClock } from '../../src/util/clock.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
-import { buildFixture, MemoryLocalBytes, mixedSpecs, type Fixture } from './layer-fixture.js';
+import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256, type Fixture } from './layer-fixture.js';
 
 interface Held {
   ranges: ByteRange[];
@@ -355,5 +356,36 @@ describe('LazyLayer fetch engine', () => {
       expect((await layer.read(fx.nodes.get(path)!, 0, content.length)).equals(content)).toBe(true);
     }
     expect(source.held).toHaveLength(1);
+  });
+});
+
+describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
+  it('a second layer on the same blob store re-verifies the DiffID from local bytes: zero network bytes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const key = sha256(fx.blob);
+    const run = async (): Promise<{ held: HeldSource; fetched: number }> => {
+      const store = await BlobStore.open({ root });
+      const blob = await store.openBlob(key, fx.blob.length);
+      const source = new HeldSource(fx.blob);
+      source.auto = true;
+      const layer = makeLayer(fx, source, {
+        backgroundFetch: true,
+        expectedDiffID: fx.diffID,
+        localBytes: blob,
+        onCompressedBytes: blob.onCompressedBytes,
+      });
+      layer.start();
+      await layer.whenBackgroundDone();
+      expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
+      const fetched = layer.state().bytesFetched;
+      await layer.close();
+      await store.close();
+      return { held: source, fetched };
+    };
+    const first = await run();
+    expect(first.fetched).toBe(fx.blob.length);
+    const second = await run();
+    expect(second.fetched).toBe(0);
+    expect(second.held.held).toHaveLength(0);
   });
 });
