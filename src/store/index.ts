@@ -13,6 +13,7 @@
  * - `clearStaleMount(path): Promise<'none' | 'cleared' | 'live'>`, `isMountpoint(path)`,
  *   `unmountPath(path)`.
  */
+import type { ReadAheadPolicy } from '../layer/read-ahead.js';
 import { mkdir } from 'node:fs/promises';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { mountVirtualFs } from '../fs/fuse-adapter.js';
@@ -79,6 +80,8 @@ export interface LayerStoreOptions {
   layer?: LayerTuning;
   /** Record which diff files clients open (`[debug] record_accesses`); closed by `store.close()`. */
   accessLog?: AccessLog;
+  /** Sequential read-ahead per open file (default on, src/layer/read-ahead.ts); false: off. */
+  readAhead?: Partial<ReadAheadPolicy> | false;
   /** Test seams. */
   openLayer?: OpenLayerFn;
   createLayer?: CreateLayerFn;
@@ -112,6 +115,7 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (opts.resolveTimeoutMs !== undefined) core.resolveTimeoutMs = opts.resolveTimeoutMs;
   if (opts.startLayers !== undefined) core.startLayers = opts.startLayers;
   if (opts.accessLog) core.accessLog = opts.accessLog;
+  if (opts.readAhead !== undefined) core.readAhead = opts.readAhead;
   return new LayerStore(core);
 }
 
