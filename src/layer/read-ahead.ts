@@ -43,6 +43,19 @@ export const DEFAULT_READ_AHEAD: Readonly<ReadAheadPolicy> = Object.freeze({
   slackBytes: 1 * MiB,
 });
 
+/**
+ * `policy` with its windows capped at half of `memoryBytes` (the chunk cache's memory LRU, where
+ * chunks read ahead wait for the reader): a window larger than that would evict chunks before the
+ * reader gets to them and make it read them back from disk.
+ */
+export function fitToMemory(policy: ReadAheadPolicy, memoryBytes: number): ReadAheadPolicy {
+  if (!(memoryBytes > 0)) return policy;
+  const cap = Math.max(policy.stepBytes, Math.floor(memoryBytes / 2));
+  const windows = policy.windows.filter((w) => w <= cap);
+  if (windows.length < policy.windows.length && windows[windows.length - 1] !== cap) windows.push(cap);
+  return { ...policy, windows, maxInflightBytes: Math.min(policy.maxInflightBytes, cap) };
+}
+
 export interface WindowState {
   /** Current distance kept ahead of the reader (0: no read-ahead yet). */
   window: number;

@@ -13,10 +13,10 @@
  * - `clearStaleMount(path): Promise<'none' | 'cleared' | 'live'>`, `isMountpoint(path)`,
  *   `unmountPath(path)`.
  */
-import type { ReadAheadPolicy } from '../layer/read-ahead.js';
 import { mkdir } from 'node:fs/promises';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { mountVirtualFs } from '../fs/fuse-adapter.js';
+import { DEFAULT_READ_AHEAD, fitToMemory, type ReadAheadPolicy } from '../layer/read-ahead.js';
 import { clearStaleMount } from '../fs/mount-util.js';
 import { RegistryClient } from '../registry/client.js';
 import { StoreError } from '../util/errors.js';
@@ -116,6 +116,7 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (opts.startLayers !== undefined) core.startLayers = opts.startLayers;
   if (opts.accessLog) core.accessLog = opts.accessLog;
   if (opts.readAhead !== undefined) core.readAhead = opts.readAhead;
+  else if (opts.cache) core.readAhead = fitToMemory(DEFAULT_READ_AHEAD, opts.cache.memoryLimit);
   return new LayerStore(core);
 }
 

@@ -10,6 +10,7 @@ import {
   FileReadAhead,
   ReadAheadBudget,
   chunkEndOf,
+  fitToMemory,
   nextWindow,
   type ReadAheadPolicy,
 } from '../../src/layer/read-ahead.js';
@@ -53,6 +54,24 @@ describe('nextWindow (growth policy)', () => {
     expect(nextWindow({ window: 16 * MiB, runBytes: 2 * MiB }, p)).toBe(16 * MiB);
     expect(nextWindow({ window: 0, runBytes: 100 * MiB }, { ...p, windows: [] })).toBe(0);
     expect(nextWindow({ window: 0, runBytes: 0 }, { ...p, triggerBytes: 0 })).toBe(1 * MiB);
+  });
+});
+
+describe('fitToMemory', () => {
+  it('caps the windows (and the in-flight bound) at half the memory LRU, so read-ahead never evicts itself', () => {
+    const p = DEFAULT_READ_AHEAD;
+    expect(fitToMemory(p, 128 * MiB).windows).toEqual([1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]);
+    expect(fitToMemory(p, 32 * MiB)).toMatchObject({
+      windows: [1 * MiB, 4 * MiB, 16 * MiB],
+      maxInflightBytes: 16 * MiB,
+    });
+    expect(fitToMemory(p, 16 * MiB)).toMatchObject({
+      windows: [1 * MiB, 4 * MiB, 8 * MiB],
+      maxInflightBytes: 8 * MiB,
+    });
+    // never below one step; no memory LRU: unchanged
+    expect(fitToMemory(p, 1 * MiB).windows).toEqual([1 * MiB, 4 * MiB]);
+    expect(fitToMemory(p, 0)).toBe(p);
   });
 });
 
