@@ -39,7 +39,7 @@ export const DEFAULT_READ_AHEAD: Readonly<ReadAheadPolicy> = Object.freeze({
   windows: Object.freeze([1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]),
   triggerBytes: 256 * 1024,
   stepBytes: 4 * MiB,
-  maxInflightBytes: 16 * MiB,
+  maxInflightBytes: 12 * MiB,
   slackBytes: 1 * MiB,
 });
 

@@ -63,7 +63,7 @@ describe('fitToMemory', () => {
     expect(fitToMemory(p, 128 * MiB).windows).toEqual([1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]);
     expect(fitToMemory(p, 32 * MiB)).toMatchObject({
       windows: [1 * MiB, 4 * MiB, 16 * MiB],
-      maxInflightBytes: 16 * MiB,
+      maxInflightBytes: 12 * MiB,
     });
     expect(fitToMemory(p, 16 * MiB)).toMatchObject({
       windows: [1 * MiB, 4 * MiB, 8 * MiB],
