@@ -123,6 +123,11 @@ export class ChunkCache {
     return cache;
   }
 
+  /** Byte budget of the in-memory LRU (read-ahead keeps its window within it). */
+  get memoryLimit(): number {
+    return this.memory.limit;
+  }
+
   /** Resolves when the start-up scan has finished (tests, status). */
   whenScanned(): Promise<void> {
     return this.scanPromise;

@@ -1,4 +1,5 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
+import { isValidDigest } from '../cache/paths.js';
 import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../format/model.js';
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
@@ -251,6 +252,28 @@ export class LazyLayer {
     if (this.badError !== undefined) throw this.badError;
     await this.loader.load(chunks, undefined, opts);
   }
+
+  // --- read-ahead hook (src/layer/read-ahead.ts); keep this method when reworking the engine ---
+  /**
+   * Load (fetch + verify + cache) the chunks of regular file `node` covering [offset,
+   * offset+length) without returning bytes: read-ahead for a sequential reader, so its next reads
+   * find verified chunks in the cache. Chunks already cached (memory or disk) are skipped; nothing
+   * starts once `signal` is aborted. Rejects like read() (the caller only logs: the reader's own
+   * read reports errors); no deadline, it ends when its fetch does.
+   */
+  async prefetchRange(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void> {
+    if (this.badError !== undefined || signal?.aborted || node.type !== 'reg') return;
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length <= 0) return;
+    const end = Math.min(node.size, offset + length);
+    if (offset >= end) return;
+    const wanted = chunksForRange(node, offset, end - offset).filter(
+      (c) => !c.zeros && !(isValidDigest(c.digest) && this.cache.has(c.digest)),
+    );
+    if (wanted.length === 0) return;
+    // On-demand tier: the reader is about to ask for these bytes; waiting only is cancelled.
+    await this.loader.load(wanted, { path: node.path }, signal === undefined ? {} : { signal });
+  }
+  // --- end read-ahead hook ---
 
   /** A snapshot; cheap and synchronous (chunk totals read 0 until the plan exists). */
   state(): LayerState {

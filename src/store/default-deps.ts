@@ -29,6 +29,7 @@ export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): C
       read: (node, offset, length, o) =>
         layer.read(node, offset, length, o.signal ? { signal: o.signal } : {}),
       start: () => layer.start(),
+      prefetchRange: (node, offset, length, signal) => layer.prefetchRange(node, offset, length, signal),
       state: () => {
         const s = layer.state();
         const out: ReturnType<LazyLayerLike['state']> = {

@@ -56,6 +56,8 @@ export interface LazyLayerLike {
   read(node: TreeNode, offset: number, length: number, opts: { signal?: AbortSignal }): Promise<Buffer>;
   /** Start prefetch and background fetch. */
   start?(): void;
+  /** Fetch + verify + cache the chunks of a file range, no bytes returned (sequential read-ahead). */
+  prefetchRange?(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void>;
   state(): LazyLayerState;
   close(): Promise<void> | void;
   /** Pinned image sets: keep every chunk out of eviction until unpin(). */

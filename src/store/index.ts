@@ -16,6 +16,7 @@
 import { mkdir } from 'node:fs/promises';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { mountVirtualFs } from '../fs/fuse-adapter.js';
+import { DEFAULT_READ_AHEAD, fitToMemory, type ReadAheadPolicy } from '../layer/read-ahead.js';
 import { clearStaleMount } from '../fs/mount-util.js';
 import { RegistryClient } from '../registry/client.js';
 import { StoreError } from '../util/errors.js';
@@ -79,6 +80,8 @@ export interface LayerStoreOptions {
   layer?: LayerTuning;
   /** Record which diff files clients open (`[debug] record_accesses`); closed by `store.close()`. */
   accessLog?: AccessLog;
+  /** Sequential read-ahead per open file (default on, src/layer/read-ahead.ts); false: off. */
+  readAhead?: Partial<ReadAheadPolicy> | false;
   /** Test seams. */
   openLayer?: OpenLayerFn;
   createLayer?: CreateLayerFn;
@@ -112,6 +115,8 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (opts.resolveTimeoutMs !== undefined) core.resolveTimeoutMs = opts.resolveTimeoutMs;
   if (opts.startLayers !== undefined) core.startLayers = opts.startLayers;
   if (opts.accessLog) core.accessLog = opts.accessLog;
+  if (opts.readAhead !== undefined) core.readAhead = opts.readAhead;
+  else if (opts.cache) core.readAhead = fitToMemory(DEFAULT_READ_AHEAD, opts.cache.memoryLimit);
   return new LayerStore(core);
 }
 
