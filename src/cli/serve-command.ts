@@ -25,7 +25,7 @@ import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
 // loaded by buildStore(), so `--help`, `--version` and the other commands start fast.
-import type { ChunkCache } from '../cache/index.js';
+import type { BlobStore, ChunkCache } from '../cache/index.js';
 import type { HostsConfig, MirrorConfig as RegistryMirror } from '../registry/index.js';
 import { defaultAuthFilePaths } from '../registry/auth-files.js';
 import { parseRegistriesConf } from '../registry/registries-conf.js';
@@ -485,7 +485,7 @@ export function authFilePaths(config: StoreConfig, env: NodeJS.ProcessEnv = proc
 /** Registry client, chunk cache and layer store, built from the config. */
 export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
   const [
-    { ChunkCache },
+    { BlobStore, ChunkCache, chunkCacheBudget },
     { FetchScheduler },
     { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
     { AccessLog, createLayerStore, mountStore },
@@ -523,6 +523,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     logger,
   });
   let cache: ChunkCache | undefined;
+  let blobs: BlobStore | undefined;
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
@@ -534,11 +535,14 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       memoryBytes: config.cache.memoryBytes,
       logger,
     });
+    // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
+    blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
     const readMs = config.deadlines.readSec * 1000;
     const store = createLayerStore({
       root: config.root,
       registry,
       cache,
+      blobs,
       credentials: memory,
       logger,
       deadlines: {
@@ -563,6 +567,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
     });
     const c = cache;
+    const b = blobs;
     const pins = createPinManager({ root: config.root, registry, store, logger });
     // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
     await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
@@ -581,12 +586,14 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       close: async () => {
         await pins.close();
         await store.close();
+        await b.close();
         await c.close();
         await registry.close();
       },
     };
   } catch (err) {
     await accessLog?.close();
+    await blobs?.close();
     await cache?.close();
     await registry.close();
     throw err;

@@ -55,6 +55,10 @@ export interface LazyLayerOptions {
   localBytes?: LocalCompressedBytes;
   /** Receives every compressed byte fetched from the network, once (the resume store). */
   onCompressedBytes?: CompressedBytesSink;
+  /** The layer is fully verified (now or from persisted state): local compressed bytes may go. */
+  onFullyVerified?: () => Promise<void>;
+  /** A re-check from the origin is about to run: local compressed bytes must not be trusted. */
+  beforeRecheck?: () => Promise<void>;
   /**
    * Decompress + hash the DiffID stream in a worker thread. Default false: on this thread (gzip
    * inflates on libuv's pool; measured: a DiffID worker costs 35-40 MiB RSS, the inline hash a
@@ -174,6 +178,7 @@ export class LazyLayer {
         const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
         if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) {
           this.fullyVerified = true;
+          this.releaseLocalBytes();
           if (Number.isSafeInteger(saved.uncompressedSize) && saved.uncompressedSize! >= 0) {
             this.uncompressedSize = saved.uncompressedSize;
           }
@@ -339,6 +344,20 @@ export class LazyLayer {
     this.verifiedBytes += c.size;
   }
 
+  /** Fully verified: the local compressed copy is no longer needed (its chunks are cached). */
+  private releaseLocalBytes(): void {
+    this.opts
+      .onFullyVerified?.()
+      .catch((err: unknown) => this.recordError(err, 'cannot remove the local blob copy'));
+  }
+
+  /** Before a re-check from the origin: local compressed bytes may be what was bad. */
+  private async forgetLocalBytes(): Promise<void> {
+    await this.opts
+      .beforeRecheck?.()
+      .catch((err: unknown) => this.recordError(err, 'cannot reset the local blob copy'));
+  }
+
   /** Remember an error for state() and log it. Never throws: it is the last line of defence. */
   private recordError(err: unknown, what: string): void {
     const e = asStoreError(err, 'E_IO', this.context);
@@ -437,6 +456,7 @@ export class LazyLayer {
           const matched = await this.checkDiffID(r.stream, recheck);
           if (!matched && !recheck) {
             recheck = true;
+            await this.forgetLocalBytes();
             attempt--; // the re-check is not a failed attempt
             continue;
           }
@@ -452,7 +472,10 @@ export class LazyLayer {
         // bad data (a stream that does not decompress, chunks failing verification) may come from
         // a bad local copy: the next pass fetches from the origin
         const code = asStoreError(err, 'E_IO').code;
-        if (code === 'E_DECOMPRESS' || code === 'E_DIGEST_MISMATCH') recheck = true;
+        if (code === 'E_DECOMPRESS' || code === 'E_DIGEST_MISMATCH') {
+          recheck = true;
+          await this.forgetLocalBytes();
+        }
         if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
       }
     }
@@ -467,6 +490,7 @@ export class LazyLayer {
     if (stream.digest === expected) {
       this.fullyVerified = true;
       this.uncompressedSize = stream.size;
+      this.releaseLocalBytes();
       if (this.opts.stateDir !== undefined) {
         await saveLayerState(this.opts.stateDir, {
           layerKey: this.layerKey,

@@ -1,7 +1,9 @@
+import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { openLayer } from '../format/open-layer.js';
 import { LazyLayer, type LazyLayerOptions } from '../layer/lazy-layer.js';
 import type { CreateLayerFn, LazyLayerLike, OpenLayerFn } from './deps.js';
+import { LocalBlobBinding } from './local-blob-binding.js';
 
 /** The real format reader. */
 export const defaultOpenLayer: OpenLayerFn = (reader, opts) => openLayer(reader, opts);
@@ -12,8 +14,16 @@ export type LayerTuning = Omit<
   'index' | 'source' | 'cache' | 'layerKey' | 'expectedDiffID' | 'logger'
 >;
 
-/** LazyLayer over the shared chunk cache; the blob digest keys pins and persisted layer state. */
-export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): CreateLayerFn {
+/**
+ * LazyLayer over the shared chunk cache; the blob digest keys pins and persisted layer state. With
+ * `blobs`, each layer keeps the compressed bytes it receives locally until it is fully verified, so
+ * a restart resumes instead of fetching again (docs/architecture.md, "State on disk").
+ */
+export function lazyLayerFactory(
+  cache: ChunkCache,
+  tuning: LayerTuning = {},
+  blobs?: BlobStore,
+): CreateLayerFn {
   return (args) => {
     const opts: LazyLayerOptions = {
       ...tuning,
@@ -24,6 +34,13 @@ export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): C
       logger: args.logger,
     };
     if (args.diffId !== undefined) opts.expectedDiffID = args.diffId;
+    if (blobs !== undefined) {
+      const local = new LocalBlobBinding(blobs, args.blobDigest, args.index.blobSize, args.logger);
+      opts.localBytes = local;
+      opts.onCompressedBytes = local.onCompressedBytes;
+      opts.onFullyVerified = () => local.discard();
+      opts.beforeRecheck = () => local.invalidate();
+    }
     const layer = new LazyLayer(opts);
     const like: LazyLayerLike = {
       read: (node, offset, length, o) =>
