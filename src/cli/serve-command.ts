@@ -30,6 +30,7 @@ import {
   type MirrorConfig as RegistryMirror,
 } from '../registry/index.js';
 import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
+import { readLayerToc } from '../format/open-layer.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -426,6 +427,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
       negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
       idleTtlMs: config.resolveResultEntryTtlSec * 1000,
+      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
       ...(accessLog ? { accessLog } : {}),
       layer: {
         deadlineMs: readMs,
