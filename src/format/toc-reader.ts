@@ -108,10 +108,11 @@ class JsonSink {
   }
 
   private fail(err: unknown): void {
-    // caps are refusals by design: never worth reading further
-    const cap =
-      err instanceof StoreError && (err.code === 'E_TOO_MANY_ENTRIES' || err.code === 'E_TOC_TOO_LARGE');
-    if (!this.deferErrors || cap || !(err instanceof StoreError)) throw err;
+    // caps are refusals by design: never worth reading further (how far we read is in the error)
+    if (err instanceof StoreError && (err.code === 'E_TOO_MANY_ENTRIES' || err.code === 'E_TOC_TOO_LARGE')) {
+      throw new StoreError(err.code, err.message, { ...err.context, jsonBytesRead: this.bytes });
+    }
+    if (!this.deferErrors || !(err instanceof StoreError)) throw err;
     this.failure = err;
     this.queue.length = 0;
   }
