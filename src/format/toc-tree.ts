@@ -76,10 +76,10 @@ class ReadonlyXattrs extends Map<string, Buffer> {
 export const NO_XATTRS: Map<string, Buffer> = new ReadonlyXattrs();
 const NO_CHUNKS: Chunk[] = Object.freeze([]) as unknown as Chunk[];
 
-function newNode(type: NodeType, path: string): TreeNode {
+function newNode(type: NodeType, path: string, name: string): TreeNode {
   const node: TreeNode = {
     id: 0,
-    name: splitParent(path)[1],
+    name,
     path,
     type,
     mode: type === 'dir' ? 0o755 : 0,
@@ -162,12 +162,12 @@ export class TreeBuilder {
   private readonly spans: OpenSpans = { chunks: [], entries: [], nodes: [] };
 
   constructor(private readonly limits: TreeLimits) {
-    this.root = this.make('dir', '');
+    this.root = this.make('dir', '', '');
     this.dirs.set('', this.root);
   }
 
-  private make(type: NodeType, path: string): TreeNode {
-    const node = newNode(type, path);
+  private make(type: NodeType, path: string, name: string): TreeNode {
+    const node = newNode(type, path, name);
     this.created.push(node);
     return node;
   }
@@ -183,7 +183,7 @@ export class TreeBuilder {
       // dirs are always in `dirs`, so anything found here is not a directory
       throw bad(e, `parent ${JSON.stringify(path)} is not a directory`);
     }
-    const node = this.make('dir', path);
+    const node = this.make('dir', path, base);
     parent.children!.set(base, node);
     this.dirs.set(path, node);
     return node;
@@ -238,7 +238,7 @@ export class TreeBuilder {
       return;
     }
     // A repeated non-directory name: the last entry wins, as in a tar extraction.
-    const node = this.make(e.type, path);
+    const node = this.make(e.type, path, base);
     applyMeta(node, e, this.unames, this.gnames);
     parent.children!.set(base, node);
     if (e.type === 'dir') this.dirs.set(path, node);
@@ -504,7 +504,8 @@ function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans): Chun
     expected = fileOffset + chunkSize;
   }
   if (expected !== size) throw bad(reg, `chunks cover ${expected} of ${size} bytes`);
-  return chunks;
+  // exact-size storage: a pushed-to array keeps room for 17 elements (~150 B per file)
+  return chunks.length === 1 ? [chunks[0]!] : chunks.slice();
 }
 
 /**
