@@ -4,8 +4,12 @@
  * and 500k entries, the samples/small TOCs (2-3 MB of JSON, the "53 MB layer" of issue 10) and a
  * hostile 2,000,000-entry TOC that must be refused early.
  *
- *   npm run build && node dist/bench/toc.js [--entries 50000,500000] [--rounds 3] [--samples]
- *     [--hostile 2000000] [--format estargz,zstd:chunked] [--child]
+ *   npm run build && node dist/bench/toc.js [--entries 50000,500000] [--rounds 3] [--no-samples]
+ *     [--hostile 2000000] [--format estargz,zstd:chunked] [--resolve] [--child]
+ *
+ * --resolve: instead, the store's whole resolution of each samples/small layer (OLD protocol,
+ * manifest known to an in-memory registry, fresh --root each time): lookup of `info` until its
+ * bytes are answered, as the `ms` of the store's `layer resolved` log line.
  *
  * Every case runs in a fresh child process (`--child`) so its peak RSS is its own; synthetic
  * layers are cached under $TOC_BENCH_CACHE (default /tmp/stargz-toc-bench). `cpuP50ms` is the
@@ -20,7 +24,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { ChunkCache } from '../src/cache/chunk-cache.js';
 import { openLayer } from '../src/format/open-layer.js';
+import { createLayerStore } from '../src/store/index.js';
+import { defaultOpenLayer, lazyLayerFactory } from '../src/store/default-deps.js';
+import type { LayerMatch, StoreRegistry } from '../src/store/deps.js';
 import { estargzFooter } from '../src/format/estargz/footer.js';
 import { skippableFrame, zstdChunkedFooter, zstdCompressor } from '../src/format/writer/zstd-chunked.js';
 import { StoreError } from '../src/util/errors.js';
@@ -297,13 +306,76 @@ async function child(spec: string, rounds: number): Promise<void> {
   );
 }
 
-function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: string } {
+/** The store's resolution of one samples/small layer, lookup to answered `info`, `rounds` times. */
+async function resolveSample(dir: string, rounds: number): Promise<void> {
+  const d = join(SHARED, 'samples/small', dir);
+  const manifest = JSON.parse(readFileSync(join(d, 'manifest.json'), 'utf8')) as {
+    config: { digest: string };
+    layers: Array<{ digest: string; size: number; mediaType: string; annotations: Record<string, string> }>;
+  };
+  const config = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8')) as {
+    rootfs: { diff_ids: string[] };
+  };
+  const layer = sampleLayer(dir);
+  const desc = manifest.layers[0]!;
+  const ref = `127.0.0.1:5000/lab/small-${dir}:latest`;
+  const registry: StoreRegistry = {
+    findLayer: async (): Promise<LayerMatch> => ({
+      manifestDigest: 'sha256:' + '0'.repeat(64),
+      configDigest: manifest.config.digest,
+      descriptor: {
+        digest: desc.digest,
+        size: desc.size,
+        mediaType: desc.mediaType,
+        annotations: desc.annotations,
+      },
+      matchedBy: 'blob',
+      diffId: config.rootfs.diff_ids[0],
+    }),
+    openBlob: async () => layer.reader,
+  };
+  const times: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const root = await mkdtemp(join(tmpdir(), 'toc-resolve-'));
+    const cache = await ChunkCache.open({ root: join(root, 'cache') });
+    const store = createLayerStore({
+      root,
+      registry,
+      openLayer: defaultOpenLayer,
+      createLayer: lazyLayerFactory(cache, { backgroundFetch: false, prefetch: false }),
+      deadlines: { lookupMs: 60_000, readMs: 60_000, syntheticMs: 1000 },
+      startLayers: false,
+    });
+    const t0 = performance.now();
+    const f = await store.vfs.open(`/${Buffer.from(ref).toString('base64')}/${desc.digest}/info`, 0, {
+      signal: new AbortController().signal,
+    });
+    const info = await f.read(0, 4096, new AbortController().signal);
+    times.push(performance.now() - t0);
+    if (!info.toString().includes('"diff-size"')) throw new Error(`unexpected info ${info.toString()}`);
+    await store.close();
+    await cache.close();
+    await rm(root, { recursive: true, force: true });
+  }
+  const sorted = [...times].sort((a, b) => a - b);
+  console.log(
+    JSON.stringify({
+      resolve: dir,
+      firstMs: Math.round(times[0]!),
+      p50ms: Math.round(sorted[Math.floor(sorted.length / 2)]!),
+      minMs: Math.round(sorted[0]!),
+    }),
+  );
+}
+
+function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: string; resolve: boolean } {
   let entries = [50_000, 500_000];
   let formats = ['estargz', 'zstd'];
   let rounds = 3;
   let samples = true;
   let hostile = [2_000_000];
   let childSpec: string | undefined;
+  let resolve = false;
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i + 1] ?? '';
     switch (argv[i]) {
@@ -326,6 +398,9 @@ function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: s
         hostile = v === 'none' ? [] : v.split(',').map(Number);
         i++;
         break;
+      case '--resolve':
+        resolve = true;
+        break;
       case '--child':
         childSpec = v;
         i++;
@@ -337,7 +412,11 @@ function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: s
     for (const d of ['estargz', 'esgz-opt', 'zstd-chunked', 'ctr-zstdchunked']) specs.push(`sample:${d}`);
   for (const n of entries) for (const f of formats) specs.push(`synthetic:${n}:${f}`);
   for (const n of hostile) specs.push(`hostile:${n}:estargz`, `hostile:${n}:zstd`);
-  const out: { specs: string[]; rounds: number; child?: string } = { specs, rounds };
+  const out: { specs: string[]; rounds: number; child?: string; resolve: boolean } = {
+    specs,
+    rounds,
+    resolve,
+  };
   if (childSpec !== undefined) out.child = childSpec;
   return out;
 }
@@ -346,6 +425,12 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   if (args.child !== undefined) {
     await child(args.child, args.rounds);
+    return;
+  }
+  if (args.resolve) {
+    console.log(`# store resolution, lookup to answered info (${args.rounds} rounds, fresh root each)`);
+    for (const d of ['estargz', 'esgz-opt', 'zstd-chunked', 'ctr-zstdchunked'])
+      await resolveSample(d, args.rounds);
     return;
   }
   const self = fileURLToPath(import.meta.url);
