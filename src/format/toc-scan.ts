@@ -43,6 +43,44 @@ const enum S {
   ArrCommaOrEnd,
 }
 
+const TOO_DEEP = -2;
+
+/**
+ * Skip through an entry object from `from`: the index of its closing brace, -1 when it goes on
+ * past the end of `chunk`, TOO_DEEP past MAX_ENTRY_DEPTH. `st` carries the state across chunks.
+ */
+function skipEntry(chunk: Uint8Array, from: number, st: Int32Array): number {
+  // byte values as literals: module-level consts cost a context load and a TDZ check per use,
+  // which made this loop several times slower
+  let inString = st[0] === 1;
+  let escaped = st[1] === 1;
+  let depth = st[2]!;
+  const n = chunk.length;
+  const maxDepth = MAX_ENTRY_DEPTH;
+  let end = -1;
+  for (let j = from; j < n; j++) {
+    const b = chunk[j]!;
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (b === 0x5c /* \\ */) escaped = true;
+      else if (b === 0x22 /* " */) inString = false;
+    } else if (b === 0x22 /* " */) inString = true;
+    else if (b === 0x7b /* { */ || b === 0x5b /* [ */) {
+      if (++depth > maxDepth) {
+        end = TOO_DEEP;
+        break;
+      }
+    } else if ((b === 0x7d /* } */ || b === 0x5d) /* ] */ && --depth === 0) {
+      end = j;
+      break;
+    }
+  }
+  st[0] = inString ? 1 : 0;
+  st[1] = escaped ? 1 : 0;
+  st[2] = depth;
+  return end;
+}
+
 function isWs(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 }
@@ -85,6 +123,8 @@ export class TocScanner {
   private escaped = false;
   /** Nesting depth inside the current value/entry. */
   private depth = 0;
+  /** Inside an entry: [in a string, after a backslash, depth] (see skipEntry). */
+  private readonly entryState = new Int32Array(3);
   private readonly key = new Pieces();
   private keyName = '';
   private readonly value = new Pieces();
@@ -120,37 +160,22 @@ export class TocScanner {
       const c = chunk[i]!;
       switch (this.state) {
         case S.InEntry: {
-          // the hot loop: skip to the end of one entry object, state in locals
-          let inString = this.inString;
-          let escaped = this.escaped;
-          let depth = this.depth;
-          let j = i;
-          for (; j < n; j++) {
-            const b = chunk[j]!;
-            if (inString) {
-              if (escaped) escaped = false;
-              else if (b === BACKSLASH) escaped = true;
-              else if (b === QUOTE) inString = false;
-            } else if (b === QUOTE) inString = true;
-            else if (b === LBRACE || b === LBRACKET) {
-              if (++depth > MAX_ENTRY_DEPTH) {
-                throw new StoreError('E_BAD_TOC', `TOC entry ${this.count - 1}: nested too deeply`, {
-                  entry: this.count - 1,
-                });
-              }
-            } else if ((b === RBRACE || b === RBRACKET) && --depth === 0) break;
+          // the hot loop, in a small function of its own so it optimises well
+          const st = this.entryState;
+          const end = skipEntry(chunk, i, st);
+          if (end === TOO_DEEP) {
+            throw new StoreError('E_BAD_TOC', `TOC entry ${this.count - 1}: nested too deeply`, {
+              entry: this.count - 1,
+            });
           }
-          this.inString = inString;
-          this.escaped = escaped;
-          this.depth = depth;
-          if (j === n) {
+          if (end < 0) {
             i = n; // the entry goes on in the next chunk
             continue;
           }
           this.state = S.ArrCommaOrEnd;
           this.batchCount++;
-          if (this.batch.length + (j + 1 - this.batchFrom) >= BATCH_BYTES) this.flushBatch(chunk, j + 1);
-          i = j + 1;
+          if (this.batch.length + (end + 1 - this.batchFrom) >= BATCH_BYTES) this.flushBatch(chunk, end + 1);
+          i = end + 1;
           continue;
         }
         case S.InKey:
@@ -272,7 +297,9 @@ export class TocScanner {
             this.firstOfBatch = this.count - 1;
           }
           this.state = S.InEntry;
-          this.depth = 1;
+          this.entryState[0] = 0;
+          this.entryState[1] = 0;
+          this.entryState[2] = 1;
           break;
         case S.ArrCommaOrEnd:
           if (c === COMMA) this.state = S.ArrValue;
