@@ -5,7 +5,7 @@
  * hostile 2,000,000-entry TOC that must be refused early.
  *
  *   npm run build && node dist/bench/toc.js [--entries 50000,500000] [--rounds 3] [--no-samples]
- *     [--hostile 2000000] [--format estargz,zstd:chunked] [--resolve] [--child]
+ *     [--hostile 2000000] [--lean 500000] [--format estargz,zstd:chunked] [--resolve] [--child]
  *
  * --resolve: instead, the store's whole resolution of each samples/small layer (OLD protocol,
  * manifest known to an in-memory registry, fresh --root each time): lookup of `info` until its
@@ -203,7 +203,22 @@ function makeLayer(spec: string): Layer {
   const n = Number(arg);
   let json: Buffer;
   let dataEnd: number;
-  if (kind === 'hostile') {
+  if (kind === 'lean') {
+    // no file content: directories, empty files and symlinks (~60 bytes of JSON per entry)
+    const parts: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const d = Math.floor(i / 100);
+      parts.push(
+        i % 100 === 0
+          ? `{"name":"./usr/d${d}/","type":"dir","mode":493}`
+          : i % 33 === 0
+            ? `{"name":"./usr/d${d}/l${i}","type":"symlink","linkName":"f${i + 1}"}`
+            : `{"name":"./usr/d${d}/f${i}","type":"reg","mode":420}`,
+      );
+    }
+    json = Buffer.from(`{"version":1,"entries":[${parts.join(',')}]}`);
+    dataEnd = 1024;
+  } else if (kind === 'hostile') {
     // 2M tiny entries, as in issue 10: ~31 bytes each, a few hundred KB compressed
     const one = '{"name":"a/b","type":"dir"},';
     json = Buffer.from(`{"version":1,"entries":[${one.repeat(n - 1)}{"name":"a/b","type":"dir"}]}`);
@@ -374,6 +389,7 @@ function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: s
   let rounds = 3;
   let samples = true;
   let hostile = [2_000_000];
+  let lean: number[] = [];
   let childSpec: string | undefined;
   let resolve = false;
   for (let i = 0; i < argv.length; i++) {
@@ -394,6 +410,10 @@ function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: s
       case '--no-samples':
         samples = false;
         break;
+      case '--lean':
+        lean = v.split(',').map(Number);
+        i++;
+        break;
       case '--hostile':
         hostile = v === 'none' ? [] : v.split(',').map(Number);
         i++;
@@ -411,6 +431,7 @@ function parseArgs(argv: string[]): { specs: string[]; rounds: number; child?: s
   if (samples)
     for (const d of ['estargz', 'esgz-opt', 'zstd-chunked', 'ctr-zstdchunked']) specs.push(`sample:${d}`);
   for (const n of entries) for (const f of formats) specs.push(`synthetic:${n}:${f}`);
+  for (const n of lean) specs.push(`lean:${n}:estargz`);
   for (const n of hostile) specs.push(`hostile:${n}:estargz`, `hostile:${n}:zstd`);
   const out: { specs: string[]; rounds: number; child?: string; resolve: boolean } = {
     specs,
