@@ -287,7 +287,7 @@ export class TocScanner {
           if (++this.count > this.maxEntries) {
             throw new StoreError(
               'E_TOO_MANY_ENTRIES',
-              `TOC has more than ${this.maxEntries} entries (limit ${this.maxEntries})`,
+              `TOC has more entries than the limit of ${this.maxEntries} (max_toc_entries)`,
               { limit: this.maxEntries },
             );
           }
