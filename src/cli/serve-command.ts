@@ -492,6 +492,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     { createPinManager },
     { setMetricSources },
     { layerStateCounts },
+    { readLayerToc },
   ] = await Promise.all([
     import('../cache/index.js'),
     import('../layer/index.js'),
@@ -500,6 +501,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     import('../store/pins-deps.js'),
     import('../util/metrics.js'),
     import('../store/metrics-sources.js'),
+    import('../format/open-layer.js'),
   ]);
   const hosts = mergeHostsConfigs(
     hostsFromStoreConfig(config),
@@ -552,6 +554,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       },
       negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
       idleTtlMs: config.resolveResultEntryTtlSec * 1000,
+      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
       ...(accessLog ? { accessLog } : {}),
       layer: {
         deadlineMs: readMs,

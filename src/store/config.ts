@@ -81,6 +81,8 @@ export interface StoreConfig {
   recordAccesses: string;
   allowNoVerification: boolean;
   maxConcurrency: number;
+  /** Layers whose TOC has more entries are refused early (E_TOO_MANY_ENTRIES): clients pull them. */
+  maxTocEntries: number;
   noPrometheus: boolean;
   logFileAccess: boolean;
   metadataStore: 'memory' | 'db';
@@ -438,6 +440,7 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
     ...readDebug(top, flags.recordAccesses),
     allowNoVerification: top.bool('allow_no_verification', false, true),
     maxConcurrency: top.int('max_concurrency', 2, { zeroIsDefault: true, min: 1 }),
+    maxTocEntries: top.int('max_toc_entries', 1_000_000, { zeroIsDefault: true, min: 1 }),
     noPrometheus: top.bool('no_prometheus', false, true),
     logFileAccess: top.bool('log_file_access', false, true),
     metadataStore: top.oneOf('metadata_store', ['memory', 'db'] as const, 'memory', {

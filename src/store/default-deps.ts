@@ -1,12 +1,12 @@
 import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { openLayer } from '../format/open-layer.js';
+import { readLayerToc } from '../format/open-layer.js';
 import { LazyLayer, type LazyLayerOptions } from '../layer/lazy-layer.js';
 import type { CreateLayerFn, LazyLayerLike, OpenLayerFn } from './deps.js';
 import { LocalBlobBinding } from './local-blob-binding.js';
 
-/** The real format reader. */
-export const defaultOpenLayer: OpenLayerFn = (reader, opts) => openLayer(reader, opts);
+/** The real format reader (its result still has to be verified). */
+export const defaultOpenLayer: OpenLayerFn = (reader, opts) => readLayerToc(reader, opts);
 
 /** LazyLayer options the store lets its caller tune (prefetch, background fetch, deadlines ...). */
 export type LayerTuning = Omit<
