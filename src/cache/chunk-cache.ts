@@ -100,7 +100,7 @@ export class ChunkCache {
     this.maxEntries = opts.maxEntries ?? 1_000_000;
     this.statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
     this.logger = opts.logger ?? silentLogger;
-    this.memory = new MemoryLru(opts.memoryBytes ?? 256 * 1024 * 1024);
+    this.memory = new MemoryLru(opts.memoryBytes ?? 32 * 1024 * 1024);
     for (const [k, v] of Object.entries({
       maxBytes: this.maxBytes,
       minFreeBytes: this.minFreeBytes,
@@ -121,6 +121,11 @@ export class ChunkCache {
       cache.scanned = true;
     });
     return cache;
+  }
+
+  /** Byte budget of the in-memory LRU (read-ahead keeps its window within it). */
+  get memoryLimit(): number {
+    return this.memory.limit;
   }
 
   /** Resolves when the start-up scan has finished (tests, status). */
@@ -154,6 +159,10 @@ export class ChunkCache {
       this.index.touch(hex);
       return mem;
     }
+    // A chunk whose disk write is still running (and already left a small memory LRU) is read
+    // back once written, never fetched again.
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) await writing;
     // Before the scan completes the index is partial, so the file may exist unknown to it.
     if (this.scanned && !this.index.has(hex)) {
       this.counters.misses++;

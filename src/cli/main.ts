@@ -3,10 +3,15 @@ import { registerLayerCommands } from './layer-command.js';
 import { registerImageCommands } from './image-command.js';
 import { registerServeCommand } from './serve-command.js';
 import { registerStatusCommand } from './status-command.js';
+import { registerCheckCommand } from './check-command.js';
+import { registerDoctorCommand } from './doctor-command.js';
+import { registerPinCommands } from './pin-command.js';
 import { isStoreError } from '../util/errors.js';
+import { versionLine } from './version.js';
 
 const program = new Command('stargz-store')
   .description('Lazy-pulling Additional Layer Store for Podman and CRI-O (eStargz, zstd:chunked)')
+  .version(versionLine(), '-V, --version', 'print the version and the Node it runs on')
   .showHelpAfterError()
   .exitOverride();
 
@@ -14,6 +19,9 @@ registerServeCommand(program);
 registerLayerCommands(program);
 registerImageCommands(program);
 registerStatusCommand(program);
+registerCheckCommand(program);
+registerDoctorCommand(program);
+registerPinCommands(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -4,6 +4,7 @@ import type { Logger } from '../util/logger.js';
 import { silentLogger } from '../util/logger.js';
 import { StoreError } from '../util/errors.js';
 import { withDeadline } from './deadline.js';
+import { timeFuseOp } from '../util/metrics.js';
 import { Errno, FsError, errnoFor } from './errno.js';
 import { buildMountOptions, unmountPath, type MountOptions } from './mount-util.js';
 import { ROOT_DIR_ATTR, type Attr, type FsOp, type OpenFile, type VirtualFs } from './vfs.js';
@@ -102,7 +103,7 @@ export async function mountVirtualFs(
     } catch {
       ms = 5000;
     }
-    withDeadline(ms, work, { op, path }).then(answer, (err: unknown) => {
+    timeFuseOp(op, withDeadline(ms, work, { op, path })).then(answer, (err: unknown) => {
       const name = errnoFor(err);
       if (err instanceof StoreError && err.code === 'E_DEADLINE') {
         log.warn({ op, path, ms }, 'fuse operation hit its deadline');

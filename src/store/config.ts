@@ -4,6 +4,7 @@ import { parse as parseToml, TomlError, type TomlTable } from 'smol-toml';
 import { formatPlatform, hostPlatform } from '../registry/platform.js';
 import { StoreError } from '../util/errors.js';
 import { DEFAULT_CONTROL_SOCKET } from './control-socket.js';
+import { parseMetricsAddress } from './metrics-server.js';
 
 /**
  * The store's one typed configuration: defaults <- config.toml <- command-line flags, validated once at
@@ -80,9 +81,13 @@ export interface StoreConfig {
   recordAccesses: string;
   allowNoVerification: boolean;
   maxConcurrency: number;
+  /** Layers whose TOC has more entries are refused early (E_TOO_MANY_ENTRIES): clients pull them. */
+  maxTocEntries: number;
   noPrometheus: boolean;
   logFileAccess: boolean;
   metadataStore: 'memory' | 'db';
+  /** `metrics_address` / `--metrics-address`: host:port of the Prometheus `/metrics` endpoint; '' = off. */
+  metricsAddress: string;
 
   blob: {
     validIntervalSec: number;
@@ -125,6 +130,17 @@ export interface StoreConfig {
     /** In-memory LRU in front of the disk cache; 0 = none. */
     memoryBytes: number;
   };
+  background: {
+    /**
+     * Background fetch waits this long after the last on-demand fetch (store-wide) and after the
+     * last read of the layer; ms.
+     */
+    quietMs: number;
+    /** Background network bytes per second, store-wide; 0 = unlimited. */
+    bandwidthBytesPerSec: number;
+    /** Background fetch tasks at once, store-wide; 0 = max_concurrency. */
+    concurrency: number;
+  };
   deadlines: {
     /** Resolving a layer (manifest, config, footer, TOC) on diff/info/blob lookup. */
     lookupSec: number;
@@ -160,6 +176,8 @@ export interface ConfigFlags {
   mountpoint?: string;
   /** --record-accesses FILE (wins over `[debug] record_accesses`; '' = off). */
   recordAccesses?: string;
+  /** --metrics-address host:port (wins over `metrics_address`; '' = off). */
+  metricsAddress?: string;
   /** --set key=value overrides (dotted keys, TOML values: `blob.chunk_size=100000`). */
   set?: string[];
 }
@@ -422,18 +440,21 @@ function readConfig(top: Section, flags: ConfigFlags, configFile: string | undef
     ...readDebug(top, flags.recordAccesses),
     allowNoVerification: top.bool('allow_no_verification', false, true),
     maxConcurrency: top.int('max_concurrency', 2, { zeroIsDefault: true, min: 1 }),
+    maxTocEntries: top.int('max_toc_entries', 1_000_000, { zeroIsDefault: true, min: 1 }),
     noPrometheus: top.bool('no_prometheus', false, true),
     logFileAccess: top.bool('log_file_access', false, true),
     metadataStore: top.oneOf('metadata_store', ['memory', 'db'] as const, 'memory', {
       emptyIsDefault: true,
       noEffect: true,
     }),
+    metricsAddress: readMetricsAddress(top.str('metrics_address', ''), flags.metricsAddress),
     blob: readBlob(top.table_('blob')),
     directoryCache: readDirectoryCache(top.table_('directory_cache')),
     fuse: readFuse(top.table_('fuse')),
     kubeconfigKeychain: readKubeconfig(top.table_('kubeconfig_keychain')),
     resolver: readResolver(top.table_('resolver')),
     cache: readCache(top.table_('cache')),
+    background: readBackground(top.table_('background')),
     deadlines: readDeadlines(top.table_('deadlines')),
     platform: readPlatform(top.table_('platform')),
     registry: readRegistry(top.table_('registry')),
@@ -648,10 +669,20 @@ function readCache(s: Section): StoreConfig['cache'] {
   const c = {
     maxBytes: s.int('max_bytes', 10 * 1024 ** 3),
     minFreeBytes: s.int('min_free_bytes', 1024 ** 3),
-    memoryBytes: s.int('memory_bytes', 128 * 1024 ** 2),
+    memoryBytes: s.int('memory_bytes', 32 * 1024 ** 2),
   };
   s.finish();
   return c;
+}
+
+function readBackground(s: Section): StoreConfig['background'] {
+  const b = {
+    quietMs: s.int('quiet_ms', 2000),
+    bandwidthBytesPerSec: s.int('bandwidth_bytes_per_sec', 32 * 1024 ** 2),
+    concurrency: s.int('concurrency', 0),
+  };
+  s.finish();
+  return b;
 }
 
 function readDeadlines(s: Section): StoreConfig['deadlines'] {
@@ -706,4 +737,11 @@ function readRegistry(s: Section): StoreConfig['registry'] {
   };
   s.finish();
   return r;
+}
+
+/** The flag wins over the file; '' is off; anything else must be host:port. */
+function readMetricsAddress(fromFile: string, flag: string | undefined): string {
+  const v = flag ?? fromFile;
+  if (v !== '') parseMetricsAddress(v);
+  return v;
 }

@@ -25,14 +25,29 @@ export interface CredentialEntry {
 /** Keyed by the image reference string c/image used (`host/repo:tag` or `host/repo@sha256:...`). */
 export type CredentialMap = Record<string, CredentialEntry>;
 
-export type ControlRequest = { op: 'addCredentials'; data: CredentialMap } | { op: 'status' };
+export type ControlRequest =
+  | { op: 'addCredentials'; data: CredentialMap }
+  | { op: 'status' }
+  | { op: 'pinAdd'; refs: string[]; platform?: string }
+  | { op: 'pinRm'; refs: string[] }
+  | { op: 'pinList' }
+  | { op: 'check'; repair?: boolean };
 
 export type ControlResponse =
-  { ok: true; refs?: number; status?: unknown } | { ok: false; error: { code: string; message: string } };
+  | { ok: true; refs?: number; status?: unknown; pins?: unknown; check?: unknown }
+  | { ok: false; error: { code: string; message: string } };
 
 export interface ControlHandler {
   addCredentials(map: CredentialMap): void | Promise<void>;
   status(): unknown;
+  /** `stargz-store check --addr`: the cache check run by the store itself (absent: not offered). */
+  check?(repair: boolean): Promise<unknown>;
+  /** Pinned image sets (absent: the ops answer E_INVALID_ARGUMENT). */
+  pins?: {
+    add(refs: string[], platform?: string): Promise<unknown>;
+    remove(refs: string[]): Promise<number>;
+    list(): unknown;
+  };
 }
 
 export interface ControlServer {
@@ -175,10 +190,17 @@ function serveConnection(
       const line = buf.slice(0, nl);
       buf = buf.slice(nl + 1);
       // Requests on one connection are answered in order.
+      // the idle timeout is for idle connections: a long request (check) must not be cut off
       busy = busy
-        .then(() => handleLine(line, handler, o.log))
+        .then(() => {
+          sock.setTimeout(0);
+          return handleLine(line, handler, o.log);
+        })
         .then((resp) => {
-          if (!sock.destroyed) sock.write(`${JSON.stringify(resp)}\n`);
+          if (!sock.destroyed) {
+            sock.setTimeout(o.idleMs);
+            sock.write(`${JSON.stringify(resp)}\n`);
+          }
         });
     }
     if (buf.length > o.maxLine) {
@@ -214,12 +236,46 @@ async function handleLine(
     if (op === 'status') {
       return { ok: true, status: await handler.status() };
     }
+    if (op === 'pinAdd' || op === 'pinRm' || op === 'pinList') return await handlePin(op, req, handler);
+    if (op === 'check') {
+      if (handler.check === undefined)
+        throw new StoreError('E_INVALID_ARGUMENT', 'this store does not offer check');
+      return { ok: true, check: await handler.check((req as { repair?: unknown }).repair === true) };
+    }
     return errorResponse(
       new StoreError('E_INVALID_ARGUMENT', `unknown op ${JSON.stringify(op)}`.slice(0, 200)),
     );
   } catch (err) {
     return errorResponse(err);
   }
+}
+
+function refList(v: unknown): string[] {
+  if (
+    !Array.isArray(v) ||
+    v.length === 0 ||
+    v.length > MAX_REFS ||
+    v.some((r) => typeof r !== 'string' || r === '' || r.length > 4096 || /[\s\0]/.test(r))
+  ) {
+    throw new StoreError('E_INVALID_ARGUMENT', 'refs must be a non-empty array of image references');
+  }
+  return v as string[];
+}
+
+async function handlePin(op: string, req: unknown, handler: ControlHandler): Promise<ControlResponse> {
+  if (handler.pins === undefined) {
+    throw new StoreError('E_INVALID_ARGUMENT', 'this store does not manage pinned images');
+  }
+  const r = req as { refs?: unknown; platform?: unknown };
+  if (op === 'pinList') return { ok: true, pins: handler.pins.list() };
+  if (op === 'pinRm') return { ok: true, refs: await handler.pins.remove(refList(r.refs)) };
+  if (
+    r.platform !== undefined &&
+    (typeof r.platform !== 'string' || !/^[a-z0-9_./-]{1,64}$/.test(r.platform))
+  ) {
+    throw new StoreError('E_INVALID_ARGUMENT', 'platform must look like os/arch[/variant]');
+  }
+  return { ok: true, pins: await handler.pins.add(refList(r.refs), r.platform as string | undefined) };
 }
 
 export interface ControlClientOptions {

@@ -14,8 +14,10 @@
  *   `unmountPath(path)`.
  */
 import { mkdir } from 'node:fs/promises';
+import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { mountVirtualFs } from '../fs/fuse-adapter.js';
+import { DEFAULT_READ_AHEAD, fitToMemory, type ReadAheadPolicy } from '../layer/read-ahead.js';
 import { clearStaleMount } from '../fs/mount-util.js';
 import { RegistryClient } from '../registry/client.js';
 import { StoreError } from '../util/errors.js';
@@ -55,6 +57,8 @@ export interface LayerStoreOptions {
   registry: RegistryClient | StoreRegistry;
   /** Chunk cache shared by all layers (required unless `createLayer` is given). */
   cache?: ChunkCache;
+  /** Local copies of compressed blobs until their layers are verified (restart-resume); optional. */
+  blobs?: BlobStore;
   /** Where helper-channel credentials go (the MemoryCredentialProvider given to the registry client). */
   credentials?: { addCredentials(map: unknown): number };
   logger?: Logger;
@@ -79,6 +83,8 @@ export interface LayerStoreOptions {
   layer?: LayerTuning;
   /** Record which diff files clients open (`[debug] record_accesses`); closed by `store.close()`. */
   accessLog?: AccessLog;
+  /** Sequential read-ahead per open file (default on, src/layer/read-ahead.ts); false: off. */
+  readAhead?: Partial<ReadAheadPolicy> | false;
   /** Test seams. */
   openLayer?: OpenLayerFn;
   createLayer?: CreateLayerFn;
@@ -91,10 +97,14 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (!createLayer) {
     if (!opts.cache) throw new StoreError('E_CONFIG', 'createLayerStore needs a chunk cache');
     // one read budget: the layer's own deadline is the store's readMs (below the FUSE limit)
-    createLayer = lazyLayerFactory(opts.cache, {
-      deadlineMs: opts.deadlines?.readMs ?? DEFAULT_DEADLINES.readMs,
-      ...opts.layer,
-    });
+    createLayer = lazyLayerFactory(
+      opts.cache,
+      {
+        deadlineMs: opts.deadlines?.readMs ?? DEFAULT_DEADLINES.readMs,
+        ...opts.layer,
+      },
+      opts.blobs,
+    );
   }
   const core: ConstructorParameters<typeof LayerStore>[0] = {
     root: opts.root,
@@ -112,6 +122,8 @@ export function createLayerStore(opts: LayerStoreOptions): LayerStore {
   if (opts.resolveTimeoutMs !== undefined) core.resolveTimeoutMs = opts.resolveTimeoutMs;
   if (opts.startLayers !== undefined) core.startLayers = opts.startLayers;
   if (opts.accessLog) core.accessLog = opts.accessLog;
+  if (opts.readAhead !== undefined) core.readAhead = opts.readAhead;
+  else if (opts.cache) core.readAhead = fitToMemory(DEFAULT_READ_AHEAD, opts.cache.memoryLimit);
   return new LayerStore(core);
 }
 

@@ -1,3 +1,4 @@
+import type { ReadAheadPolicy } from '../layer/read-ahead.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import type { VirtualFs } from '../fs/vfs.js';
 import type { AccessLog } from './access-log.js';
@@ -6,6 +7,8 @@ import { InoAllocator } from './ino.js';
 import { MetaStore } from './meta-store.js';
 import { LayerResolver, RESOLVER_DEFAULTS } from './resolver.js';
 import { StoreFs, type StoreDeadlines } from './store-fs.js';
+import { holdResolved } from './pins-hold.js';
+import type { HeldLayer } from './pins.js';
 
 /** One line of `stargz-store status`. */
 export interface LayerStatus {
@@ -46,6 +49,8 @@ export interface CoreStoreOptions {
   resolveTimeoutMs?: number;
   /** Start prefetch + background fetch when a layer resolves (default true). */
   startLayers?: boolean;
+  /** Sequential read-ahead per open file (src/layer/read-ahead.ts); false turns it off. */
+  readAhead?: Partial<ReadAheadPolicy> | false;
   /** Record first opens of diff files (`[debug] record_accesses`); the store closes (flushes) it in close(). */
   accessLog?: AccessLog;
 }
@@ -97,6 +102,7 @@ export class LayerStore {
       deadlines,
       this.log,
       o.accessLog,
+      o.readAhead,
     );
   }
 
@@ -178,6 +184,11 @@ export class LayerStore {
       });
     }
     return out;
+  }
+
+  /** Resolve `(ref, digest)` and hold it open, its chunks pinned, until release() (pinned images). */
+  async holdLayer(ref: string, digest: string, waitMs = 120_000): Promise<HeldLayer> {
+    return holdResolved(await this.resolver.resolve(ref, digest, waitMs));
   }
 
   /** Credentials from the helper channel, passed to the registry client. */

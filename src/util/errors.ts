@@ -1,3 +1,5 @@
+import { metricHooks } from './metric-hooks.js';
+
 /**
  * One error family for the whole store. Codes are stable strings that tests, logs and the
  * errno/exit-code edges switch on; `context` carries ref, digest, path, offset ... but never secrets.
@@ -70,6 +72,7 @@ export class DigestMismatchError extends StoreError {
       { ...context, what, expected, actual },
     );
     this.name = 'DigestMismatchError';
+    metricHooks.verificationFailure(what);
   }
 }
 

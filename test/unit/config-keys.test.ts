@@ -221,13 +221,13 @@ host = "mirror-b.example.com"
 
   it('warns once per unknown key, naming it, and keeps going', () => {
     const { config: c, warnings } = buildConfig(
-      'metrics_address = "127.0.0.1:8234"\nchunk_size = 5\n[blob]\nchunk_size = 7\nchunksize = 9\n[cache]\nmax_byte = 1\n[nosuch]\nx = 1\n[[resolver.host."r.example".mirrors]]\nhost = "m"\nport = 1\n',
+      'metrics_port = 8234\nchunk_size = 5\n[blob]\nchunk_size = 7\nchunksize = 9\n[cache]\nmax_byte = 1\n[nosuch]\nx = 1\n[[resolver.host."r.example".mirrors]]\nhost = "m"\nport = 1\n',
       MNT,
     );
     expect(c.blob.chunkSize).toBe(7);
     expect(warnings).toEqual(
       expect.arrayContaining([
-        'unknown config key metrics_address (ignored)',
+        'unknown config key metrics_port (ignored)',
         'unknown config key chunk_size (ignored)',
         'unknown config key [blob] chunksize (ignored)',
         'unknown config key [cache] max_byte (ignored)',
