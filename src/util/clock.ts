@@ -34,8 +34,8 @@ export const systemClock: Clock = {
         },
         Math.max(0, ms),
       );
-      // a pending background wait must never keep the process alive
-      t.unref();
+      // Not unref'd: a wait that is still wanted must keep a process alive (a script with only
+      // background work left would otherwise exit mid-pass); shutdown aborts waits via `signal`.
       signal?.addEventListener('abort', onAbort, { once: true });
     }),
 };
