@@ -32,7 +32,7 @@ describe('blob reads against a fault-injecting server', () => {
   let other: FaultServer;
   const clients: RegistryClient[] = [];
   const client = (o: RegistryClientOptions = {}) => {
-    const c = new RegistryClient({ blockSize: BS, retry: { minWaitMs: 5, maxWaitMs: 200 }, ...o });
+    const c = new RegistryClient({ retry: { minWaitMs: 5, maxWaitMs: 200 }, ...o });
     clients.push(c);
     return c;
   };
@@ -221,8 +221,13 @@ describe('blob reads against a fault-injecting server', () => {
       const got = await r.readRanges(ranges, {});
       ranges.forEach((rg, i) => expect(got[i]!.equals(slice(rg.offset, rg.length))).toBe(true));
       const gets = srv.blobGets();
-      expect(gets[0]!.headers.range).toContain(',');
-      expect(gets.slice(1).every((g) => !String(g.headers.range).includes(','))).toBe(true);
+      const isMulti = (g: (typeof gets)[number]) => String(g.headers.range).includes(',');
+      expect(isMulti(gets[0]!)).toBe(true);
+      // a 416 may only mean "too many ranges": the reader halves the count once (3 -> 2) before
+      // it concludes "single ranges"; any other refusal means single ranges at once
+      const multi = gets.filter(isMulti).length;
+      expect(multi).toBe(status === 416 ? 2 : 1);
+      expect(gets.slice(multi).some(isMulti)).toBe(false);
       // later reads on the same host go single-range straight away
       srv.requests.length = 0;
       const more = await r.readRanges(

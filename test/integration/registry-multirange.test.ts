@@ -107,7 +107,7 @@ describe('multi-range requests against a real docker-registry', () => {
   });
 
   it('serves many scattered ranges with few requests and exact bytes', async () => {
-    const client = new RegistryClient({ blockSize: 10_000, maxRangesPerRequest: 64 });
+    const client = new RegistryClient({ maxRangesPerRequest: 64 });
     try {
       const reader = await client.openBlob(parseReference(`${reg.host}/ranges/blob:x`), sha256(big));
       // 100 ranges in 100 distinct, non-adjacent blocks -> 100 runs -> 2 requests of <= 64 ranges
@@ -137,7 +137,7 @@ describe('multi-range requests against a real docker-registry', () => {
   });
 
   it('force_single_range_mode sends only single ranges', async () => {
-    const client = new RegistryClient({ blockSize: 10_000, forceSingleRange: true });
+    const client = new RegistryClient({ forceSingleRange: true });
     try {
       const reader = await client.openBlob(parseReference(`${reg.host}/ranges/blob:x`), sha256(big));
       const got = await reader.readRanges(

@@ -41,7 +41,7 @@ const store = await BlobStore.open({
   checkpointBytes: 512 * 1024,
 });
 // Read-ahead bytes would bypass the blob store (only requested ranges are stored): off.
-const client = new RegistryClient({ readAheadBytes: 0 });
+const client = new RegistryClient();
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
   (reader ??= client.openBlob(parseReference(args.ref), args.digest, { size: index.blobSize }));
