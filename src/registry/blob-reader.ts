@@ -7,7 +7,7 @@ import { coalesce, rangeHeader, type ByteRange } from './byte-ranges.js';
 import { HostHealth, type HostHealthOptions } from './host-health.js';
 import { HostRangeProfiles, type RangeProfileSnapshot } from './host-range-profile.js';
 import type { Endpoint } from './hosts.js';
-import { consumeRangeOrStream, type Span, type StreamingRangeOutcome } from './range-fetch.js';
+import { consumeRangeOrStream, type RangeOutcome, type Span } from './range-fetch.js';
 import { abortedError, raceSignal } from './signals.js';
 import type { Transport } from './transport.js';
 import { WholeBlobStreams, type PassingBytesSink, type WholeBlobStream } from './whole-blob-stream.js';
@@ -369,7 +369,7 @@ export class RegistryBlobReader implements BlobReader {
   ): Promise<Span[]> {
     const profile = this.o.shared.profiles.get(ep.origin);
     const ctx = { ...this.ctx, host: ep.host, offset: g[0]!.offset, ranges: g.length };
-    let outcome: StreamingRangeOutcome;
+    let outcome: RangeOutcome;
     try {
       outcome = await this.o.transport.send(
         {
@@ -407,11 +407,6 @@ export class RegistryBlobReader implements BlobReader {
         if (g.length === 1) profile.noteSingleServed();
         return outcome.spans;
       }
-      case 'whole-blob':
-        // (not produced by consumeRangeOrStream; kept for completeness)
-        this.counters.bytes += outcome.bytes;
-        this.o.shared.count(ep.origin, outcome.bytes, 0);
-        return outcome.spans;
       case 'multi-rejected':
         profile.noteMultiRejected(outcome.status, g.length);
         return [];
