@@ -40,7 +40,7 @@ const store = await BlobStore.open({
   budget: chunkCacheBudget(cache),
   checkpointBytes: 512 * 1024,
 });
-// Read-ahead bytes would bypass the blob store (only requested ranges are stored): off.
+// The registry reader fetches exactly the requested ranges (no read-ahead bypasses the blob store).
 const client = new RegistryClient();
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
