@@ -456,6 +456,8 @@ export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
           mc.requestTimeoutMs = m.requestTimeoutSec < 0 ? Infinity : m.requestTimeoutSec * 1000;
         if (Object.keys(m.header).length > 0) mc.headers = m.header;
         if (m.tls) Object.assign(mc, tlsOptions(m.tls));
+        if (m.rangedReads) mc.rangedReads = m.rangedReads;
+        if (m.nsQuery === false) mc.nsQuery = false;
         return mc;
       }),
       ...(tls ? tlsOptions(tls) : {}),
@@ -517,7 +519,6 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       minWaitMs: config.blob.minWaitMsec,
       maxWaitMs: config.blob.maxWaitMsec,
     },
-    blockSize: config.blob.chunkSize,
     forceSingleRange: config.blob.forceSingleRangeMode,
     requestTimeoutMs: config.resolver.requestTimeoutSec * 1000,
     fetchTimeoutMs: config.blob.fetchingTimeoutSec * 1000,

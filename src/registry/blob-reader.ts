@@ -1,24 +1,24 @@
 import { mapLimit } from '../util/async.js';
 import { checkLengths, type BlobRangeSource, type ReadRangesOptions } from '../util/blob-read.js';
-import { StoreError, type ErrorContext } from '../util/errors.js';
+import { isStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { checkRange, type RangeReader } from '../util/range-reader.js';
-import type { BlockCache } from './block-cache.js';
-import { coalesce, type ByteRange } from './byte-ranges.js';
+import { coalesce, rangeHeader, type ByteRange } from './byte-ranges.js';
+import { HostHealth, type HostHealthOptions } from './host-health.js';
+import { HostRangeProfiles, type RangeProfileSnapshot } from './host-range-profile.js';
 import type { Endpoint } from './hosts.js';
-import { consumeRangeResponse, type RangeOutcome, type Span } from './range-fetch.js';
-import { abortedError } from './signals.js';
+import { consumeRangeOrStream, type RangeOutcome, type Span } from './range-fetch.js';
+import { abortedError, raceSignal } from './signals.js';
 import type { Transport } from './transport.js';
+import { WholeBlobStreams, type PassingBytesSink, type WholeBlobStream } from './whole-blob-stream.js';
 
 export type { ByteRange } from './byte-ranges.js';
 
 export interface BlobReaderStats {
-  /** HTTP range requests answered (retried attempts that failed by status are not counted). */
+  /** HTTP requests answered for this blob (range requests and whole-blob streams). */
   requests: number;
-  /** Response body bytes received. */
+  /** Response body bytes received for this blob, whole-blob streams this reader started included. */
   bytes: number;
-  /** Always 0: the reader keeps no cache (kept for status output compatibility). */
-  cacheHits: number;
 }
 
 /**
@@ -32,204 +32,573 @@ export interface BlobReader extends RangeReader, BlobRangeSource {
   stats(): BlobReaderStats;
 }
 
-/** What a client learnt about a host's Range support (shared by all blobs on that origin). */
-export interface HostRangeState {
-  multiRange: boolean;
-  /** The host answered a single range with the whole blob at least once. */
-  ignoresRange: boolean;
-}
-
-export interface BlobReaderDeps {
-  transport: Transport;
-  ep: Endpoint;
-  ref: string;
-  digest: string;
-  size: number;
-  /** Unused: the reader fetches exact ranges (kept so callers need not change). */
-  blockSize?: number;
-  /** Unused: the reader keeps no block cache. */
-  cache?: BlockCache;
-  hostState: HostRangeState;
-  forceSingleRange: boolean;
-  /** Budget for one fetch including retries (Go: `fetching_timeout_sec` 300). */
-  fetchTimeoutMs: number;
-  maxRangesPerRequest: number;
-  /** Parallel requests when ranges must be fetched one per request. */
-  concurrency: number;
-  /** In single-range mode, gaps up to this many bytes are fetched rather than split into two requests. */
-  singleRangeGap: number;
-  /** Unused: read-ahead lives in the layer engine (src/layer), not here. */
-  readAheadBytes?: number;
+export interface RangeFetchSharedOptions extends HostHealthOptions {
+  /** Most ranges in one multi-range request before a host taught us its limit (default 64). */
+  maxRangesPerRequest?: number;
+  /** Where whole-blob stream bytes nobody waits for go (the local compressed-bytes store). */
+  sink?: PassingBytesSink;
+  /** A whole-blob stream with no byte for this long fails (default 60 s). */
+  streamIdleTimeoutMs?: number;
+  /**
+   * `ranged_reads = "split"` mirrors: a read starting more than this many bytes ahead of the
+   * whole-blob stream goes to the next host instead of waiting (default 1 MiB).
+   */
+  splitAheadBytes?: number;
   logger?: Logger;
 }
 
 /**
- * A registry blob read by exact byte ranges: each call fetches what it is asked for (ranges that
- * overlap or touch are merged; several ranges go into one multi-range request where the host
- * allows it), nothing more, no cache and no read-ahead. Sharing spans between concurrent readers
- * and reading ahead are the layer engine's job (src/layer/span-fetcher.ts), the one place that
- * knows what is in flight, so the reader never fetches overlapping ranges on its own.
- * `bypassCache` needs nothing here: nothing is cached.
+ * Per-process state behind every RegistryBlobReader of one registry client: what each host does
+ * with Range, which hosts are cooling down, the live whole-blob streams, and bytes per host.
+ */
+export class RangeFetchShared {
+  readonly profiles: HostRangeProfiles;
+  readonly health: HostHealth;
+  readonly streams: WholeBlobStreams;
+  readonly logger: Logger;
+  readonly sink: PassingBytesSink | undefined;
+  readonly splitAheadBytes: number;
+  private readonly bytes = new Map<string, number>();
+  private readonly requests = new Map<string, number>();
+
+  constructor(o: RangeFetchSharedOptions = {}) {
+    this.logger = o.logger ?? silentLogger;
+    this.sink = o.sink;
+    this.splitAheadBytes = o.splitAheadBytes ?? 1 << 20;
+    this.profiles = new HostRangeProfiles(o.maxRangesPerRequest ?? 64, (host, what, snap) =>
+      this.logger.info({ host, why: what, ...snap }, 'learned how this host answers Range requests'),
+    );
+    this.health = new HostHealth(o);
+    this.streams = new WholeBlobStreams({
+      ...(o.sink ? { sink: o.sink } : {}),
+      ...(o.streamIdleTimeoutMs !== undefined ? { idleTimeoutMs: o.streamIdleTimeoutMs } : {}),
+      logger: this.logger,
+    });
+  }
+
+  count(origin: string, bytes: number, requests: number): void {
+    if (bytes) this.bytes.set(origin, (this.bytes.get(origin) ?? 0) + bytes);
+    if (requests) this.requests.set(origin, (this.requests.get(origin) ?? 0) + requests);
+  }
+
+  /** Blob body bytes and range requests per origin (status output, tests, the README figures). */
+  traffic(): Record<string, { bytes: number; requests: number }> {
+    const out: Record<string, { bytes: number; requests: number }> = {};
+    for (const o of new Set([...this.bytes.keys(), ...this.requests.keys()])) {
+      out[o] = { bytes: this.bytes.get(o) ?? 0, requests: this.requests.get(o) ?? 0 };
+    }
+    return out;
+  }
+
+  rangeProfiles(): Record<string, RangeProfileSnapshot> {
+    return this.profiles.snapshot();
+  }
+}
+
+export interface RegistryBlobReaderOptions {
+  transport: Transport;
+  shared: RangeFetchShared;
+  /** Mirrors first, then the registry (resolveEndpoints order). */
+  endpoints: readonly Endpoint[];
+  /** Image reference (credential lookup). */
+  ref: string;
+  digest: string;
+  size: number;
+  /** Budget for one request including retries (Go `fetching_timeout_sec`). */
+  fetchTimeoutMs: number;
+  /** Never send multi-range requests (Go `force_single_range_mode`). */
+  forceSingleRange?: boolean;
+  /** Parallel requests per fetch when ranges need several (default 4). */
+  concurrency?: number;
+  /**
+   * Hosts that take one range per request: ranges at most this many bytes apart share one
+   * request (default 0: exact ranges; the gap bytes are fetched and dropped).
+   */
+  singleRangeGap?: number;
+}
+
+/** Rounds of re-asking one host for bytes its answers left out, without progress, before giving up. */
+const MAX_IDLE_ROUNDS = 8;
+
+/**
+ * Exact byte ranges of one blob from the best host that has them. Every answer is checked
+ * against the request; each host's Range behaviour is learned once (HostRangeProfile); a host that
+ * ignores Range streams the blob once and that stream answers every read waiting on it
+ * (WholeBlobStream); a failing mirror is skipped to the next host and cooled down (HostHealth);
+ * a mirror configured `ranged_reads = "next-host"` gets no range reads at all.
+ *
+ * Each call fetches what it is asked for (ranges that overlap or touch are merged; several ranges
+ * go into one multi-range request where the host allows it), nothing more: no block cache and no
+ * read-ahead. Sharing spans between concurrent reads and reading ahead are the layer engine's job
+ * (src/layer), the one place that knows what is in flight, so the reader never fetches
+ * overlapping ranges on its own. The only bytes it answers without a host are those a whole-blob
+ * stream passed to the sink's store (the local compressed-bytes store), and `bypassCache` turns
+ * that off.
  */
 export class RegistryBlobReader implements BlobReader {
   readonly digest: string;
   readonly size: number;
-  private readonly counters: BlobReaderStats = { requests: 0, bytes: 0, cacheHits: 0 };
   private readonly logger: Logger;
   private readonly ctx: ErrorContext;
+  private readonly counters: BlobReaderStats = { requests: 0, bytes: 0 };
 
-  constructor(private readonly d: BlobReaderDeps) {
-    this.digest = d.digest;
-    this.size = d.size;
-    this.logger = d.logger ?? silentLogger;
-    this.ctx = { digest: d.digest, host: d.ep.host, repository: d.ep.repository };
+  constructor(private readonly o: RegistryBlobReaderOptions) {
+    this.digest = o.digest;
+    this.size = o.size;
+    this.logger = o.shared.logger;
+    this.ctx = { digest: o.digest };
+    if (o.endpoints.length === 0) throw new StoreError('E_CONFIG', 'no registry endpoint', this.ctx);
   }
 
   stats(): BlobReaderStats {
     return { ...this.counters };
   }
 
+  /** The host this blob was found on (the first one reads try). */
   get endpoint(): Endpoint {
-    return this.d.ep;
+    return this.o.endpoints[0]!;
   }
 
+  /** RangeReader shape (format/ reads through it): exactly [offset, offset+length). */
   async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
-    const [buf] = await this.readRanges([{ offset, length }], { signal });
-    return buf!;
+    const [b] = await this.fetchRanges([{ offset, length }], signal);
+    return b!;
   }
 
+  /**
+   * The blob-read contract (`readRanges(ranges, { signal, bypassCache })`): one buffer per range.
+   * `bypassCache`: never answer from the sink's store (bytes come from a host).
+   */
   async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
-    for (const r of ranges) checkRange(this.size, r.offset, r.length);
-    const signal = opts.signal ?? new AbortController().signal;
-    if (signal.aborted) throw abortedError(signal, this.ctx);
-    const runs = coalesce(ranges);
-    let spans = runs.length === 0 ? [] : await this.fetchRuns(runs, signal, false);
-    let missing = runs.filter((r) => extract(sorted(spans), r.offset, r.length) === undefined);
-    if (missing.length > 0) {
-      // e.g. a 206 that served only some of a multi-range request: ask again for the rest, one range each
-      this.logger.debug({ ...this.ctx, ranges: missing.length }, 'refetching ranges the registry left out');
-      spans = [...spans, ...(await this.fetchRuns(missing, signal, true))];
-      missing = missing.filter((r) => extract(sorted(spans), r.offset, r.length) === undefined);
-      if (missing.length > 0) {
-        throw new StoreError(
-          'E_REGISTRY_PROTOCOL',
-          `registry did not return ${missing.length} requested range(s)`,
-          {
-            ...this.ctx,
-            offset: missing[0]!.offset,
-          },
-        );
-      }
-    }
-    const all = sorted(spans);
-    const out = ranges.map((r) => (r.length === 0 ? Buffer.alloc(0) : extract(all, r.offset, r.length)!));
+    const out = await this.fetchRanges(ranges, opts.signal, { bypassCache: opts.bypassCache === true });
     checkLengths(ranges, out, this.ctx);
     return out;
   }
 
-  private async fetchRuns(runs: ByteRange[], signal: AbortSignal, forceSingle: boolean): Promise<Span[]> {
-    const multi = !forceSingle && !this.d.forceSingleRange && this.d.hostState.multiRange && runs.length > 1;
-    if (!multi) {
-      const merged = coalesce(runs, this.d.singleRangeGap);
-      const outs = await mapLimit(merged, this.d.concurrency, (r) => this.request([r], signal));
-      return outs.flatMap((o) => (o.kind === 'multi-rejected' ? [] : o.spans));
-    }
-    const groups: ByteRange[][] = [];
-    for (let i = 0; i < runs.length; i += this.d.maxRangesPerRequest)
-      groups.push(runs.slice(i, i + this.d.maxRangesPerRequest));
-    const outs = await mapLimit(groups, this.d.concurrency, async (g) => {
-      const o = await this.request(g, signal);
-      if (o.kind === 'multi-rejected') {
-        this.noMultiRange(`HTTP ${o.status} to a multi-range request`);
-        return this.fetchRuns(g, signal, true);
+  /**
+   * Bytes of each range in `ranges` (any order, overlaps allowed), one buffer per range, exactly
+   * its length. Throws a StoreError when no host delivers them (the last host's error).
+   */
+  private async fetchRanges(
+    ranges: readonly ByteRange[],
+    signal?: AbortSignal,
+    opts: { bypassCache?: boolean } = {},
+  ): Promise<Buffer[]> {
+    const useSink = opts.bypassCache !== true;
+    for (const r of ranges) checkRange(this.size, r.offset, r.length);
+    if (signal?.aborted) throw abortedError(signal, this.ctx);
+    let missing = coalesce(ranges);
+    const got: Span[] = [];
+    const eps = this.candidates();
+    let lastErr: unknown;
+    // hosts that delivered part and can deliver the rest if the hosts after them fail (a
+    // whole-blob stream that passed those bytes, or was too far from them to wait)
+    const fallbacks: Endpoint[] = [];
+    for (let i = 0; i < eps.length && missing.length > 0; i++) {
+      const ep = eps[i]!;
+      const isLast = i === eps.length - 1;
+      try {
+        const spans = await this.fromHost(ep, missing, signal, isLast, useSink);
+        got.push(...spans);
+        missing = subtract(missing, spans);
+        this.o.shared.health.succeeded(ep.origin);
+        if (missing.length > 0) fallbacks.push(ep);
+      } catch (err) {
+        if (signal?.aborted) throw abortedError(signal, this.ctx);
+        if (isStoreError(err, 'E_ABORTED')) throw err;
+        lastErr = err;
+        const code = isStoreError(err) ? err.code : 'E_IO';
+        if (code === 'E_REGISTRY_NOT_FOUND') this.o.shared.health.blobMissing(ep.origin, this.digest);
+        else this.o.shared.health.hostFailed(ep.origin);
+        if (isLast && fallbacks.length === 0) throw err;
+        this.logger.warn(
+          { host: ep.host, digest: this.digest, code, status: isStoreError(err) ? err.context.status : '' },
+          isLast ? 'blob host failed; waiting on an earlier host' : 'blob host failed; trying the next host',
+        );
       }
-      if (o.kind === 'whole-blob') this.noMultiRange('whole blob sent for a multi-range request');
-      return o.spans;
-    });
-    return outs.flat();
-  }
-
-  private noMultiRange(why: string): void {
-    if (this.d.hostState.multiRange) {
-      this.d.hostState.multiRange = false;
-      this.logger.info(
-        { host: this.d.ep.host, why },
-        'registry host does not do multi-range requests; using single ranges',
+    }
+    for (const ep of fallbacks) {
+      if (missing.length === 0) break;
+      try {
+        const spans = await this.fromHost(ep, missing, signal, true, useSink);
+        got.push(...spans);
+        missing = subtract(missing, spans);
+      } catch (err) {
+        if (signal?.aborted) throw abortedError(signal, this.ctx);
+        lastErr = err;
+      }
+    }
+    if (missing.length > 0) {
+      throw (
+        lastErr ??
+        new StoreError('E_REGISTRY_PROTOCOL', 'no host returned the requested bytes', {
+          ...this.ctx,
+          offset: missing[0]!.offset,
+        })
       );
     }
+    got.sort((a, b) => a.offset - b.offset);
+    return ranges.map((r) => extract(got, r, this.ctx));
   }
 
-  private request(ranges: ByteRange[], signal: AbortSignal): Promise<RangeOutcome> {
-    const ctx = { ...this.ctx, offset: ranges[0]!.offset, ranges: ranges.length };
-    return this.d.transport.send(
-      {
-        ep: this.d.ep,
-        path: `blobs/${this.digest}`,
-        headers: {
-          range: `bytes=${ranges.map((r) => `${r.offset}-${r.offset + r.length - 1}`).join(',')}`,
-          'accept-encoding': 'identity',
-        },
-        ref: this.d.ref,
-        what: 'blob',
-        signal,
-        deadlineMs: this.d.fetchTimeoutMs,
-        context: { digest: this.digest, offset: ranges[0]!.offset },
-      },
-      async (res) => {
-        this.counters.requests++;
-        const o = await consumeRangeResponse(res, ranges, this.size, this.digest, ctx);
-        if (o.kind !== 'multi-rejected') this.counters.bytes += o.bytes;
-        if (o.kind === 'whole-blob' && ranges.length === 1 && !this.d.hostState.ignoresRange) {
-          this.d.hostState.ignoresRange = true;
-          this.logger.warn(
-            { host: this.d.ep.host },
-            'registry ignores Range requests; every read downloads from the blob start',
-          );
+  /** Hosts for range reads, in order, cooling ones last; `next-host` mirrors left out. */
+  private candidates(): Endpoint[] {
+    const eps = this.o.endpoints;
+    const last = eps[eps.length - 1]!;
+    const usable = eps.filter((ep) => ep === last || ep.rangedReads !== 'next-host');
+    return this.o.shared.health.order(usable, this.digest);
+  }
+
+  /**
+   * What `ep` delivers of `ranges`. May return less than asked only when `isLast` is false and the
+   * host can no longer deliver some bytes (they passed its whole-blob stream already).
+   */
+  private async fromHost(
+    ep: Endpoint,
+    ranges: ByteRange[],
+    signal: AbortSignal | undefined,
+    isLast: boolean,
+    useSink: boolean,
+  ): Promise<Span[]> {
+    const profile = this.o.shared.profiles.get(ep.origin);
+    const out: Span[] = [];
+    let missing = ranges;
+    let idle = 0;
+    while (missing.length > 0) {
+      if (signal?.aborted) throw abortedError(signal, this.ctx);
+      const before = covered(missing);
+      const live = this.o.shared.streams.get(ep.origin, this.digest);
+      if (live || profile.ignoresRange) {
+        // a stream over: what it passed is in the sink's store, never worth a second stream
+        if (!live && useSink && this.o.shared.sink?.readPassed) {
+          const kept = await this.fromSink(missing);
+          out.push(...kept);
+          missing = subtract(missing, kept);
+          if (missing.length === 0) break;
         }
-        return o;
-      },
-    );
+        const r = await this.viaStream(
+          ep,
+          this.o.shared.streams.get(ep.origin, this.digest),
+          missing,
+          signal,
+          isLast,
+        );
+        out.push(...r.spans);
+        missing = r.behind;
+        if (missing.length === 0) break;
+        // bytes the stream passed went to the sink: its store may hand them back
+        const kept = useSink ? await this.fromSink(missing) : [];
+        out.push(...kept);
+        missing = subtract(missing, kept);
+        if (missing.length === 0) break;
+        // bytes that passed the stream already: another host, else the next stream
+        if (!isLast) return out;
+        if (r.stream) await r.stream.ended;
+        continue;
+      }
+      if (!profile.snapshot().learned && profile.probe) {
+        // another read is asking this host its first question: wait for the answer, then plan
+        await raceSignal(profile.probe, signal, this.ctx);
+        continue;
+      }
+      const singles = this.o.forceSingleRange || profile.snapshot().maxRanges <= 1;
+      const groups = singles
+        ? coalesce(missing, this.o.singleRangeGap ?? 0).map((r) => [r])
+        : profile.plan(missing);
+      // A host we know nothing about yet gets one request first: its answer decides the rest.
+      const first = profile.snapshot().learned ? [] : groups.splice(0, 1);
+      const spans: Span[] = [];
+      if (first.length > 0) {
+        // the probe settles as soon as the host's answer is known (for a 200: once the stream
+        // exists), so the reads waiting on it join the stream before their bytes pass
+        let answered!: () => void;
+        const probe = new Promise<void>((r) => (answered = r));
+        profile.probe = probe;
+        const p = this.rangeRequest(ep, first[0]!, signal, isLast, answered);
+        void p
+          .catch(() => undefined)
+          .finally(() => {
+            answered();
+            if (profile.probe === probe) profile.probe = undefined;
+          });
+        spans.push(...(await p));
+      }
+      const results = await mapLimit(groups, this.o.concurrency ?? 4, (g) =>
+        this.rangeRequest(ep, g, signal, isLast),
+      );
+      for (const s of results) spans.push(...s);
+      out.push(...spans);
+      missing = subtract(missing, spans);
+      idle = covered(missing) < before ? 0 : idle + 1;
+      if (idle > MAX_IDLE_ROUNDS) {
+        throw new StoreError('E_REGISTRY_PROTOCOL', 'host keeps leaving requested bytes out', {
+          ...this.ctx,
+          host: ep.host,
+          offset: missing[0]!.offset,
+        });
+      }
+    }
+    return out;
   }
-}
 
-function sorted(spans: Span[]): Span[] {
-  return [...spans].sort((a, b) => a.offset - b.offset);
-}
-
-/** Bytes [offset, offset+length) from sorted spans, zero-copy when one span covers them. */
-function extract(spans: Span[], offset: number, length: number): Buffer | undefined {
-  // last span starting at or before offset
-  let lo = 0;
-  let hi = spans.length - 1;
-  let idx = -1;
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1;
-    if (spans[mid]!.offset <= offset) {
-      idx = mid;
-      lo = mid + 1;
-    } else hi = mid - 1;
+  /** Ranges the sink's store holds (whole ranges only). */
+  private async fromSink(ranges: ByteRange[]): Promise<Span[]> {
+    const sink = this.o.shared.sink;
+    if (!sink?.readPassed) return [];
+    const out: Span[] = [];
+    for (const r of ranges) {
+      try {
+        const data = await sink.readPassed(this.digest, r.offset, r.length);
+        if (data && data.length === r.length) out.push({ offset: r.offset, data });
+      } catch (err) {
+        this.logger.debug({ ...this.ctx, err: (err as Error).message }, 'passing-bytes store read failed');
+      }
+    }
+    return out;
   }
-  // spans may overlap (a server answering overlapping parts): look back for one covering everything
-  for (let i = idx; i >= 0 && i > idx - 4; i--) {
-    const s = spans[i]!;
-    if (s.offset <= offset && s.offset + s.data.length >= offset + length) {
-      return s.data.subarray(offset - s.offset, offset - s.offset + length);
+
+  /** One GET with a Range header; learns from the answer; returns the spans it delivered. */
+  private async rangeRequest(
+    ep: Endpoint,
+    g: ByteRange[],
+    signal: AbortSignal | undefined,
+    isLast: boolean,
+    answered?: () => void,
+  ): Promise<Span[]> {
+    const profile = this.o.shared.profiles.get(ep.origin);
+    const ctx = { ...this.ctx, host: ep.host, offset: g[0]!.offset, ranges: g.length };
+    let outcome: RangeOutcome;
+    try {
+      outcome = await this.o.transport.send(
+        {
+          ep,
+          path: `blobs/${this.digest}`,
+          headers: { range: rangeHeader(g), 'accept-encoding': 'identity' },
+          ref: this.o.ref,
+          what: 'blob',
+          ...(signal ? { signal } : {}),
+          deadlineMs: this.o.fetchTimeoutMs,
+          context: { digest: this.digest, offset: g[0]!.offset },
+          // with a host behind this one, fail over rather than wait through the whole backoff
+          ...(isLast ? {} : { maxRetries: 1 }),
+        },
+        async (res) => {
+          this.counters.requests++;
+          this.o.shared.count(ep.origin, 0, 1);
+          return consumeRangeOrStream(res, g, this.size, this.digest, ctx);
+        },
+      );
+    } catch (err) {
+      if (g.length === 1 && isStoreError(err, 'E_REGISTRY_NOT_FOUND')) profile.noteSingleNotFound();
+      throw err;
+    }
+    switch (outcome.kind) {
+      case 'parts': {
+        this.counters.bytes += outcome.bytes;
+        this.o.shared.count(ep.origin, outcome.bytes, 0);
+        const rest = g.slice(1);
+        if (rest.length > 0 && subtract(rest, outcome.spans).length === rest.length) {
+          if (subtract([g[0]!], outcome.spans).length === 0) profile.noteFirstRangeOnly(g.length);
+        } else {
+          profile.confirm();
+        }
+        if (g.length === 1) profile.noteSingleServed();
+        return outcome.spans;
+      }
+      case 'multi-rejected':
+        profile.noteMultiRejected(outcome.status, g.length);
+        return [];
+      case 'whole-blob-stream': {
+        profile.noteWholeBlob(g.length);
+        const res = outcome.res;
+        if (this.o.shared.streams.get(ep.origin, this.digest)) {
+          // another read's request started the one stream allowed: hang up, wait on that one
+          res.body.destroy();
+          return [];
+        }
+        const splitFar =
+          ep.rangedReads === 'split' && !isLast && g.every((r) => r.offset >= this.o.shared.splitAheadBytes);
+        if (splitFar && !this.o.shared.sink) {
+          // nobody would wait on this stream and nothing keeps its bytes: hang up now
+          res.body.destroy();
+          answered?.();
+          return [];
+        }
+        const stream = this.o.shared.streams.create(ep.origin, this.digest, this.size);
+        const waits = this.wantAll(stream, g, signal, ep, isLast).waits;
+        this.feed(ep, stream, res);
+        answered?.();
+        return Promise.all(waits);
+      }
     }
   }
-  // stitch from consecutive spans
-  const out = Buffer.allocUnsafe(length);
-  let pos = offset;
-  const end = offset + length;
-  for (let i = Math.max(0, idx - 3); i < spans.length && pos < end; i++) {
-    const s = spans[i]!;
-    const sEnd = s.offset + s.data.length;
-    if (s.offset > pos) break;
-    if (sEnd <= pos) continue;
-    const to = Math.min(end, sEnd);
-    s.data.copy(out, pos - offset, pos - s.offset, to - s.offset);
-    pos = to;
+
+  /**
+   * Join `stream` for each range it can still deliver. Left out (`behind`): ranges it passed, and
+   * for a `split` mirror with a host behind it, ranges too far ahead to wait for.
+   */
+  private wantAll(
+    stream: WholeBlobStream,
+    ranges: readonly ByteRange[],
+    signal: AbortSignal | undefined,
+    ep: Endpoint,
+    isLast: boolean,
+  ): { waits: Array<Promise<Span>>; behind: ByteRange[] } {
+    const waits: Array<Promise<Span>> = [];
+    const behind: ByteRange[] = [];
+    const limit =
+      ep.rangedReads === 'split' && !isLast ? stream.position + this.o.shared.splitAheadBytes : Infinity;
+    for (const r of ranges) {
+      if (r.offset >= limit) {
+        behind.push(r);
+        continue;
+      }
+      const p = stream.want(r.offset, r.length, signal);
+      if (p) waits.push(p.then((data) => ({ offset: r.offset, data })));
+      else behind.push(r);
+    }
+    return { waits, behind };
   }
-  return pos >= end ? out : undefined;
+
+  /**
+   * Serve ranges from the live whole-blob stream of (ep, blob), starting one (a plain GET) when
+   * there is none. Ranges already behind the stream come back in `behind`.
+   */
+  private async viaStream(
+    ep: Endpoint,
+    live: WholeBlobStream | undefined,
+    ranges: ByteRange[],
+    signal: AbortSignal | undefined,
+    isLast: boolean,
+  ): Promise<{ spans: Span[]; behind: ByteRange[]; stream: WholeBlobStream | undefined }> {
+    if (!live && !this.o.shared.sink && ep.rangedReads === 'split' && !isLast) {
+      // nothing would wait on a new stream and nothing keeps its bytes: do not start one
+      const limit = this.o.shared.splitAheadBytes;
+      if (ranges.every((r) => r.offset >= limit)) {
+        return { spans: [], behind: ranges, stream: undefined };
+      }
+    }
+    const stream = live ?? this.o.shared.streams.create(ep.origin, this.digest, this.size);
+    const { waits, behind } = this.wantAll(stream, ranges, signal, ep, isLast);
+    if (!live) this.openStream(ep, stream);
+    return { spans: await Promise.all(waits), behind, stream };
+  }
+
+  /** GET the whole blob for `stream` (no Range: the host would ignore it) under the stream's own life. */
+  private openStream(ep: Endpoint, stream: WholeBlobStream): void {
+    this.logger.info({ host: ep.host, digest: this.digest }, 'streaming the whole blob once from this host');
+    const ctl = new AbortController();
+    void stream.ended.then(() => ctl.abort(new StoreError('E_ABORTED', 'stream over', this.ctx)));
+    this.o.transport
+      .send(
+        {
+          ep,
+          path: `blobs/${this.digest}`,
+          headers: { 'accept-encoding': 'identity' },
+          ref: this.o.ref,
+          what: 'blob',
+          signal: ctl.signal,
+          deadlineMs: this.o.fetchTimeoutMs,
+          context: { digest: this.digest },
+        },
+        async (res) => {
+          this.counters.requests++;
+          this.o.shared.count(ep.origin, 0, 1);
+          const ctx = { ...this.ctx, host: ep.host };
+          const o = await consumeRangeOrStream(
+            res,
+            [{ offset: 0, length: this.size }],
+            this.size,
+            this.digest,
+            ctx,
+          );
+          if (o.kind === 'whole-blob-stream') return o.res;
+          if (o.kind === 'multi-rejected')
+            throw new StoreError('E_REGISTRY_PROTOCOL', 'unexpected answer', ctx);
+          // A 206 for the whole blob: fine, but consumeRangeOrStream read it already
+          throw new StoreError('E_REGISTRY_PROTOCOL', 'expected the whole blob, got a partial answer', ctx);
+        },
+      )
+      .then(
+        (res) => this.feed(ep, stream, res),
+        (err: unknown) => stream.fail(err),
+      );
+  }
+
+  /** Run `stream` from a 200 response, counting its bytes against the host. */
+  private feed(
+    ep: Endpoint,
+    stream: WholeBlobStream,
+    res: { body: AsyncIterable<Buffer> & { destroy(e?: Error): unknown } },
+  ): void {
+    const counters = this.counters;
+    const shared = this.o.shared;
+    async function* counted(): AsyncGenerator<Buffer> {
+      for await (const b of res.body) {
+        counters.bytes += b.length;
+        shared.count(ep.origin, b.length, 0);
+        yield b;
+      }
+    }
+    stream.run({
+      body: counted(),
+      abort: (reason) => {
+        res.body.destroy(reason instanceof Error ? reason : undefined);
+      },
+    });
+  }
+}
+
+/** Bytes in `ranges`. */
+function covered(ranges: readonly ByteRange[]): number {
+  return ranges.reduce((s, r) => s + r.length, 0);
+}
+
+/** `ranges` (sorted, disjoint) minus everything the spans hold. */
+export function subtract(ranges: readonly ByteRange[], spans: readonly Span[]): ByteRange[] {
+  const have = coalesce(spans.map((s) => ({ offset: s.offset, length: s.data.length })));
+  const out: ByteRange[] = [];
+  for (const r of ranges) {
+    let pos = r.offset;
+    const end = r.offset + r.length;
+    for (const h of have) {
+      const hEnd = h.offset + h.length;
+      if (hEnd <= pos || h.offset >= end) continue;
+      if (h.offset > pos) out.push({ offset: pos, length: h.offset - pos });
+      pos = Math.max(pos, hEnd);
+      if (pos >= end) break;
+    }
+    if (pos < end) out.push({ offset: pos, length: end - pos });
+  }
+  return out;
+}
+
+/** Bytes of `r` from sorted spans: a view when one span holds them, else stitched. */
+function extract(spans: readonly Span[], r: ByteRange, ctx: ErrorContext): Buffer {
+  if (r.length === 0) return Buffer.alloc(0);
+  const end = r.offset + r.length;
+  for (const s of spans) {
+    if (s.offset <= r.offset && s.offset + s.data.length >= end) {
+      return s.data.subarray(r.offset - s.offset, end - s.offset);
+    }
+  }
+  const out = Buffer.allocUnsafe(r.length);
+  let pos = r.offset;
+  for (const s of spans) {
+    const sEnd = s.offset + s.data.length;
+    if (sEnd <= pos || s.offset > pos) continue;
+    const to = Math.min(end, sEnd);
+    s.data.copy(out, pos - r.offset, pos - s.offset, to - s.offset);
+    pos = to;
+    if (pos >= end) break;
+  }
+  if (pos < end) {
+    throw new StoreError('E_REGISTRY_PROTOCOL', `bytes from ${pos} missing after fetch`, {
+      ...ctx,
+      offset: pos,
+    });
+  }
+  return out;
 }

@@ -1,10 +1,7 @@
+import type { ByteRange } from '../util/blob-read.js';
 import { StoreError } from '../util/errors.js';
 
-/** Half-open byte range [offset, offset+length). */
-export interface ByteRange {
-  offset: number;
-  length: number;
-}
+export type { ByteRange } from '../util/blob-read.js';
 
 /** Sort and merge ranges that overlap or touch (or are at most `gap` bytes apart). Empty ranges vanish. */
 export function coalesce(ranges: readonly ByteRange[], gap = 0): ByteRange[] {
@@ -18,36 +15,6 @@ export function coalesce(ranges: readonly ByteRange[], gap = 0): ByteRange[] {
     } else {
       out.push({ offset: r.offset, length: r.length });
     }
-  }
-  return out;
-}
-
-/** Indices of the `blockSize` blocks (aligned to 0) that cover [offset, offset+length). */
-export function blockSpan(
-  offset: number,
-  length: number,
-  blockSize: number,
-): { first: number; last: number } {
-  return { first: Math.floor(offset / blockSize), last: Math.floor((offset + length - 1) / blockSize) };
-}
-
-/** Byte range of block `i`, clipped at the blob end. */
-export function blockRange(i: number, blockSize: number, size: number): ByteRange {
-  const offset = i * blockSize;
-  return { offset, length: Math.min(blockSize, size - offset) };
-}
-
-/** Runs of consecutive block indices (input sorted, unique) as byte ranges clipped at `size`. */
-export function blockRuns(blocks: readonly number[], blockSize: number, size: number): ByteRange[] {
-  const out: ByteRange[] = [];
-  let i = 0;
-  while (i < blocks.length) {
-    let j = i;
-    while (j + 1 < blocks.length && blocks[j + 1] === blocks[j]! + 1) j++;
-    const offset = blocks[i]! * blockSize;
-    const end = Math.min((blocks[j]! + 1) * blockSize, size);
-    out.push({ offset, length: end - offset });
-    i = j + 1;
   }
   return out;
 }

@@ -1,11 +1,11 @@
 import { StoreError, isStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { BlockCache } from './block-cache.js';
 import { BoundedMap } from './bounded-map.js';
-import { RegistryBlobReader, type BlobReader, type HostRangeState } from './blob-reader.js';
+import { RangeFetchShared, RegistryBlobReader, type BlobReader } from './blob-reader.js';
 import { parseContentRange } from './byte-ranges.js';
 import { CredentialChain, type CredentialProvider } from './credentials.js';
 import { digestOf, verifyDigest } from './digest.js';
+import type { HostHealthOptions } from './host-health.js';
 import { resolveEndpoints, type Endpoint, type HostsConfig } from './hosts.js';
 import {
   MANIFEST_ACCEPT,
@@ -24,6 +24,7 @@ import {
 import { hostPlatform, parsePlatform, platformRank, type Platform } from './platform.js';
 import type { ImageRef } from './reference.js';
 import { retryPolicy, type RetryOptions } from './retry.js';
+import type { PassingBytesSink } from './whole-blob-stream.js';
 import { linkSignals, raceSignal } from './signals.js';
 import { dump, readBody, statusError, Transport } from './transport.js';
 
@@ -36,10 +37,6 @@ export interface RegistryClientOptions {
   platforms?: Array<Platform | string>;
   /** Go store defaults: max_retries 5, min_wait_msec 30, max_wait_msec 300000. */
   retry?: RetryOptions;
-  /** HTTP block size (Go `[blob] chunk_size`, 50000). */
-  blockSize?: number;
-  /** Bytes of the shared in-memory block cache (default 8 MiB). */
-  blockCacheBytes?: number;
   /** Never send multi-range requests (Go `force_single_range_mode`). */
   forceSingleRange?: boolean;
   /** Per-attempt timeout when a host sets none (default 30 s). */
@@ -55,8 +52,13 @@ export interface RegistryClientOptions {
   maxRangesPerRequest?: number;
   /** Parallel range requests per read when ranges cannot share one request (default 4). */
   concurrency?: number;
-  /** Read-ahead window cap for sequential single-range reads (default 4 MiB, 0 = off). */
-  readAheadBytes?: number;
+  /**
+   * Where a Range-ignoring host's whole-blob stream passes its bytes (the local compressed-bytes
+   * store), so a blob is streamed at most once. Unset: nothing keeps them.
+   */
+  passingBytesSink?: PassingBytesSink;
+  /** Mirror cool-down after a failure (default 30 s, doubling up to 5 min) and the clock it runs on. */
+  hostHealth?: HostHealthOptions;
   logger?: Logger;
   userAgent?: string;
 }
@@ -137,8 +139,8 @@ export class RegistryClient {
   private readonly hosts: HostsConfig;
   private readonly platforms: Platform[];
   private readonly logger: Logger;
-  private readonly cache: BlockCache;
-  private readonly hostStates = new Map<string, HostRangeState>();
+  /** What each host does with Range, which hosts cool down, live whole-blob streams. */
+  private readonly fleet: RangeFetchShared;
   /** tag -> manifest digest answers, each for tagTtlMs (bounded: a node sees many tags over time) */
   private readonly tagCache = new BoundedMap<string>(TAG_CACHE_ENTRIES);
   private readonly manifests = new Lru<FetchedManifest>(DIGEST_CACHE_ENTRIES);
@@ -147,7 +149,6 @@ export class RegistryClient {
   private readonly o: Required<
     Pick<
       RegistryClientOptions,
-      | 'blockSize'
       | 'forceSingleRange'
       | 'fetchTimeoutMs'
       | 'resolveTimeoutMs'
@@ -156,7 +157,6 @@ export class RegistryClient {
       | 'maxConfigBytes'
       | 'maxRangesPerRequest'
       | 'concurrency'
-      | 'readAheadBytes'
     >
   >;
 
@@ -177,7 +177,6 @@ export class RegistryClient {
       return v;
     };
     this.o = {
-      blockSize: Math.floor(positive(opts.blockSize, 50_000, 'blockSize')),
       forceSingleRange: opts.forceSingleRange ?? false,
       fetchTimeoutMs: positive(opts.fetchTimeoutMs, 300_000, 'fetchTimeoutMs'),
       resolveTimeoutMs: positive(opts.resolveTimeoutMs, 60_000, 'resolveTimeoutMs'),
@@ -186,10 +185,13 @@ export class RegistryClient {
       maxConfigBytes: positive(opts.maxConfigBytes, 8 << 20, 'maxConfigBytes'),
       maxRangesPerRequest: Math.floor(positive(opts.maxRangesPerRequest, 64, 'maxRangesPerRequest')),
       concurrency: Math.floor(positive(opts.concurrency, 4, 'concurrency')),
-      readAheadBytes:
-        opts.readAheadBytes === undefined ? 4 << 20 : Math.max(0, Math.floor(opts.readAheadBytes)),
     };
-    this.cache = new BlockCache(opts.blockCacheBytes ?? 8 << 20);
+    this.fleet = new RangeFetchShared({
+      ...opts.hostHealth,
+      maxRangesPerRequest: this.o.maxRangesPerRequest,
+      logger: this.logger,
+      ...(opts.passingBytesSink ? { sink: opts.passingBytesSink } : {}),
+    });
     this.transport = new Transport({
       credentials: creds.length ? new CredentialChain(creds, this.logger) : undefined,
       retry: retryPolicy(opts.retry),
@@ -250,23 +252,39 @@ export class RegistryClient {
     return raceSignal(p, signal);
   }
 
-  /** Try each endpoint in order; the registry's own error wins over mirrors' when all fail. */
+  /**
+   * Try each endpoint in order, mirrors cooling down after a failure moved last (the same health
+   * record blob reads keep, so a dead mirror costs one timeout, not one per request). The
+   * registry's own error wins over mirrors' when all fail. `digest`: a blob, so a 404 from a
+   * mirror skips that mirror for this blob only.
+   */
   private async eachEndpoint<T>(
     ref: ImageRef,
     what: string,
     fn: (ep: Endpoint) => Promise<T>,
     signal: AbortSignal,
+    digest?: string,
   ): Promise<T> {
     const eps = this.endpoints(ref);
+    const registry = eps[eps.length - 1];
+    const health = this.fleet.health;
+    const ordered = health.order(eps, digest);
     let lastErr: unknown;
-    for (const ep of eps) {
+    let registryErr: unknown;
+    for (const ep of ordered) {
       try {
-        return await fn(ep);
+        const v = await fn(ep);
+        health.succeeded(ep.origin);
+        return v;
       } catch (err) {
         if (signal.aborted || isStoreError(err, 'E_ABORTED') || isStoreError(err, 'E_DEADLINE')) throw err;
         if (isStoreError(err, 'E_DIGEST_MISMATCH') || isStoreError(err, 'E_MANIFEST')) throw err;
         lastErr = err;
-        if (ep !== eps[eps.length - 1]) {
+        if (ep === registry) registryErr = err;
+        else if (hostDown(err)) health.hostFailed(ep.origin);
+        else if (digest !== undefined && isStoreError(err, 'E_REGISTRY_NOT_FOUND'))
+          health.blobMissing(ep.origin, digest);
+        if (ep !== ordered[ordered.length - 1]) {
           this.logger.warn(
             { host: ep.host, what, code: isStoreError(err) ? err.code : 'E_IO' },
             'registry endpoint failed; trying the next',
@@ -274,7 +292,9 @@ export class RegistryClient {
         }
       }
     }
-    throw lastErr ?? new StoreError('E_CONFIG', 'no registry endpoint', { ref: ref.toString() });
+    throw (
+      registryErr ?? lastErr ?? new StoreError('E_CONFIG', 'no registry endpoint', { ref: ref.toString() })
+    );
   }
 
   private remaining(started: number, budget: number): number {
@@ -616,22 +636,19 @@ export class RegistryClient {
               },
             );
           }
+          // range reads start on the host that answered, the hosts after it stay for fail-over
+          const eps = this.endpoints(ref);
           return new RegistryBlobReader({
             transport: this.transport,
-            ep,
+            shared: this.fleet,
+            endpoints: [ep, ...eps.slice(eps.findIndex((e) => e.origin === ep.origin) + 1)],
             ref: ref.toString(),
             digest,
             size,
-            blockSize: this.o.blockSize,
-            cache: this.cache,
-            hostState: this.hostState(ep),
             forceSingleRange: this.o.forceSingleRange,
             fetchTimeoutMs: this.o.fetchTimeoutMs,
-            maxRangesPerRequest: this.o.maxRangesPerRequest,
             concurrency: this.o.concurrency,
             singleRangeGap: 256 * 1024,
-            readAheadBytes: this.o.readAheadBytes,
-            logger: this.logger,
           });
         },
         linked.signal,
@@ -639,15 +656,6 @@ export class RegistryClient {
     } finally {
       linked.dispose();
     }
-  }
-
-  private hostState(ep: Endpoint): HostRangeState {
-    let s = this.hostStates.get(ep.origin);
-    if (!s) {
-      s = { multiRange: true, ignoresRange: false };
-      this.hostStates.set(ep.origin, s);
-    }
-    return s;
   }
 
   private async probeSize(
@@ -714,6 +722,17 @@ export class RegistryClient {
       },
     );
   }
+}
+
+/** The host itself failed (unreachable, 5xx, garbled answers), not just this request's object. */
+function hostDown(err: unknown): boolean {
+  return (
+    !isStoreError(err) ||
+    isStoreError(err, 'E_REGISTRY_NETWORK') ||
+    isStoreError(err, 'E_REGISTRY_STATUS') ||
+    isStoreError(err, 'E_REGISTRY_PROTOCOL') ||
+    isStoreError(err, 'E_IO')
+  );
 }
 
 /** Match a layer by blob digest, else by a TOC annotation. */

@@ -41,7 +41,6 @@ export {
   type LayerDescriptor,
   type LayerMatchKind,
 } from './client.js';
-export type { BlobReader, BlobReaderStats, ByteRange } from './blob-reader.js';
 export {
   MemoryCredentialProvider,
   CredentialChain,
@@ -94,13 +93,15 @@ export function defaultCredentialProviders(
   out.push(new AuthFileProvider(files));
   return out;
 }
-// Fleets (mirrors, pull-through caches, Dragonfly): the network side of a blob reader.
+// The one registry blob reader; fleets (mirrors, pull-through caches, Dragonfly) included.
 export {
-  BlobFetcher,
+  RegistryBlobReader,
   RangeFetchShared,
-  type BlobFetcherOptions,
-  type BlobFetcherStats,
+  type BlobReader,
+  type BlobReaderStats,
+  type ByteRange,
+  type RegistryBlobReaderOptions,
   type RangeFetchSharedOptions,
-} from './blob-fetcher.js';
+} from './blob-reader.js';
 export type { PassingBytesSink } from './whole-blob-stream.js';
 export type { RangeMode, RangeProfileSnapshot } from './host-range-profile.js';

@@ -12,13 +12,13 @@ export interface Span {
 
 export type RangeOutcome =
   | { kind: 'parts'; spans: Span[]; bytes: number; multipart: boolean }
-  /** The server answered 200 with the whole blob: we kept what was asked and hung up. */
-  | { kind: 'whole-blob'; spans: Span[]; bytes: number }
   /** 400/404/416/501 to a multi-range request: the server does not do multi-range (or not this many). */
-  | { kind: 'multi-rejected'; status: number };
-
-/** `consumeRangeOrStream`: a 200 is handed back unread; the body is now the caller's. */
-export type StreamingRangeOutcome = RangeOutcome | { kind: 'whole-blob-stream'; res: Response };
+  | { kind: 'multi-rejected'; status: number }
+  /**
+   * 200 and the whole blob, whatever Range said: handed back unread (the body is now the
+   * caller's), for a WholeBlobStream to serve every waiting read from that one response.
+   */
+  | { kind: 'whole-blob-stream'; res: Response };
 
 /** Statuses by which servers refuse multi-range requests (Zot 416 above 16, Spegel 404, CDNs 400/501). */
 const MULTI_REFUSALS = new Set([400, 404, 416, 501]);
@@ -32,42 +32,17 @@ function headerString(v: string | string[] | undefined): string | undefined {
 
 /**
  * Interpret the answer to a `Range` GET of `ranges` (sorted, non-overlapping) on a blob of
- * `size` bytes. Every byte returned is positioned by the server's Content-Range (or by stream
- * position for a 200), and every Content-Range must name `size` as the total, so a confused
- * server produces an error rather than misplaced bytes.
+ * `size` bytes. Every byte returned is positioned by the server's Content-Range, and every
+ * Content-Range must name `size` as the total, so a confused server produces an error rather
+ * than misplaced bytes. A 200 (the whole blob) comes back unread as `whole-blob-stream`.
  */
-export async function consumeRangeResponse(
+export async function consumeRangeOrStream(
   res: Response,
   ranges: readonly ByteRange[],
   size: number,
   digest: string,
   ctx: ErrorContext,
 ): Promise<RangeOutcome> {
-  return (await consume(res, ranges, size, digest, ctx, false)) as RangeOutcome;
-}
-
-/**
- * Like consumeRangeResponse, but a 200 (the whole blob, whatever Range said) comes back unread as
- * `whole-blob-stream`, for a WholeBlobStream to serve every waiting read from that one response.
- */
-export function consumeRangeOrStream(
-  res: Response,
-  ranges: readonly ByteRange[],
-  size: number,
-  digest: string,
-  ctx: ErrorContext,
-): Promise<StreamingRangeOutcome> {
-  return consume(res, ranges, size, digest, ctx, true);
-}
-
-async function consume(
-  res: Response,
-  ranges: readonly ByteRange[],
-  size: number,
-  digest: string,
-  ctx: ErrorContext,
-  streamWholeBlob: boolean,
-): Promise<StreamingRangeOutcome> {
   const c = { ...ctx, status: res.status };
   const dcd = headerString(res.headers['docker-content-digest']);
   if (dcd !== undefined && dcd !== digest && res.status < 300) {
@@ -107,12 +82,11 @@ async function consume(
       await dump(res);
       throw err;
     }
-    const { spans, bytes } = await collectRanges(res, ranges, cr.start, cr.end + 1, false, c);
+    const { spans, bytes } = await collectRanges(res, ranges, cr.start, cr.end + 1, c);
     return { kind: 'parts', spans, bytes, multipart: false };
   }
   if (res.status === 200) {
     const cl = Number(headerString(res.headers['content-length']));
-    if (streamWholeBlob && !(Number.isFinite(cl) && cl !== size)) return { kind: 'whole-blob-stream', res };
     if (Number.isFinite(cl) && cl !== size) {
       await dump(res);
       throw new StoreError(
@@ -121,8 +95,7 @@ async function consume(
         c,
       );
     }
-    const { spans, bytes } = await collectRanges(res, ranges, 0, size, true, c);
-    return { kind: 'whole-blob', spans, bytes };
+    return { kind: 'whole-blob-stream', res };
   }
   if (multi && MULTI_REFUSALS.has(res.status)) {
     await dump(res);
@@ -240,16 +213,14 @@ function checkContentLength(res: Response, len: number, ctx: ErrorContext): void
 
 /**
  * Copy the requested ranges out of a body holding blob bytes [base, bodyEnd): only the parts of
- * `ranges` inside it are allocated (never the body's announced size). `hangUp`: stop reading
- * (closing the connection) once the last wanted byte arrived, for a whole-blob 200; a 206 part is
- * read to its end so the connection can be reused.
+ * `ranges` inside it are allocated (never the body's announced size). The body is read to its end
+ * so the connection can be reused.
  */
 async function collectRanges(
   res: Response,
   ranges: readonly ByteRange[],
   base: number,
   bodyEnd: number,
-  hangUp: boolean,
   ctx: ErrorContext,
 ): Promise<{ spans: Span[]; bytes: number }> {
   const spans: Span[] = [];
@@ -259,7 +230,7 @@ async function collectRanges(
     if (from < to) spans.push({ offset: from, data: Buffer.allocUnsafe(to - from) });
   }
   spans.sort((x, y) => x.offset - y.offset);
-  const need = hangUp ? Math.max(base, ...spans.map((s) => s.offset + s.data.length)) : bodyEnd;
+  const need = bodyEnd;
   let pos = base;
   let si = 0;
   try {
@@ -269,7 +240,7 @@ async function collectRanges(
         res.body.destroy();
         throw new StoreError(
           'E_REGISTRY_PROTOCOL',
-          `response body runs past byte ${bodyEnd} (${hangUp ? 'blob size' : 'its Content-Range'})`,
+          `response body runs past byte ${bodyEnd} (its Content-Range)`,
           ctx,
         );
       }
@@ -283,10 +254,6 @@ async function collectRanges(
       }
       while (si < spans.length && spans[si]!.offset + spans[si]!.data.length <= bEnd) si++;
       pos = bEnd;
-      if (hangUp && pos >= need) {
-        res.body.destroy();
-        break;
-      }
     }
   } catch (err) {
     throw bodyError(err, res, ctx);

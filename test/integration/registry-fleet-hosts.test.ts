@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AuthFileProvider } from '../../src/registry/auth-files.js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { BlobFetcher, RangeFetchShared } from '../../src/registry/blob-fetcher.js';
+import { RangeFetchShared, RegistryBlobReader } from '../../src/registry/blob-reader.js';
 import { MemoryCredentialProvider, CredentialChain } from '../../src/registry/credentials.js';
 import { resolveEndpoints, type HostsConfig } from '../../src/registry/hosts.js';
 import { parseReference } from '../../src/registry/reference.js';
@@ -71,9 +71,9 @@ function expectBytes(got: Buffer[], ranges: readonly ByteRange[]): void {
   });
 }
 
-function source(hosts: HostsConfig, ref: string, shared: RangeFetchShared, t: Transport): BlobFetcher {
+function source(hosts: HostsConfig, ref: string, shared: RangeFetchShared, t: Transport): RegistryBlobReader {
   const r = parseReference(ref);
-  return new BlobFetcher({
+  return new RegistryBlobReader({
     transport: t,
     shared,
     endpoints: resolveEndpoints(r, hosts),
@@ -129,9 +129,9 @@ describe('each row of the fleet table, as the only host', () => {
       const all = scatter(800, 7);
       for (let i = 0; i < all.length; i += 20) {
         const batch = all.slice(i, i + 20);
-        expectBytes(await src.fetchRanges(batch), batch);
+        expectBytes(await src.readRanges(batch, {}), batch);
       }
-      for (const r of scatter(50, 99)) expectBytes(await src.fetchRanges([r]), [r]);
+      for (const r of scatter(50, 99)) expectBytes(await src.readRanges([r], {}), [r]);
       const asked = all.reduce((n, r) => n + r.length, 0) + 50 * 20_000;
       expect(s.bodyBytes()).toBeLessThanOrEqual(Math.max(1.2 * asked, 0));
       expect(shared.rangeProfiles()[s.url]!.mode).toBe(row.mode);
@@ -150,7 +150,7 @@ describe('each row of the fleet table, as the only host', () => {
     const s = await host('first-range-only');
     const shared = new RangeFetchShared();
     const r = parseReference(`${s.host}/lab/app:1`);
-    const src = new BlobFetcher({
+    const src = new RegistryBlobReader({
       transport: transport(),
       shared,
       endpoints: resolveEndpoints(r, {}),
@@ -161,10 +161,10 @@ describe('each row of the fleet table, as the only host', () => {
       singleRangeGap: 4096,
     });
     const ranges = Array.from({ length: 10 }, (_, i) => ({ offset: 100_000 + i * 3000, length: 1000 }));
-    expectBytes(await src.fetchRanges(ranges), ranges); // learns first-range-only on the way
+    expectBytes(await src.readRanges(ranges, {}), ranges); // learns first-range-only on the way
     const before = s.requests.length;
     const again = ranges.map((x) => ({ offset: x.offset + 500_000, length: x.length }));
-    expectBytes(await src.fetchRanges(again), again);
+    expectBytes(await src.readRanges(again, {}), again);
     expect(s.requests.length - before).toBe(1);
   });
 
@@ -175,14 +175,14 @@ describe('each row of the fleet table, as the only host', () => {
     const src = source({ [s.host]: {} }, `${s.host}/lab/app:1`, shared, transport());
     // many reads at once, all over the blob: one response answers all of them
     const reads = scatter(200, 3);
-    const got = await Promise.all(reads.map((r) => src.fetchRanges([r])));
+    const got = await Promise.all(reads.map((r) => src.readRanges([r], {})));
     got.forEach((g, i) => expectBytes(g, [reads[i]!]));
     // later reads: the lead's blob reader finds passed bytes in the local store first
     await shared.streams.get(s.url, digest)?.ended;
     for (const r of scatter(100, 11)) {
       const local = mem.has(r);
       if (local) expect(local.equals(blob.subarray(r.offset, r.offset + r.length))).toBe(true);
-      else expectBytes(await src.fetchRanges([r]), [r]);
+      else expectBytes(await src.readRanges([r], {}), [r]);
     }
     expect(s.bodyBytes()).toBeLessThanOrEqual(1.2 * SIZE);
     expect(s.requests.filter((q) => q.method === 'GET').length).toBe(1);
@@ -197,9 +197,9 @@ describe('each row of the fleet table, as the only host', () => {
     const shared = new RangeFetchShared({ sink: mem.sink });
     const src = source({ [s.host]: {} }, `${s.host}/lab/app:1`, shared, transport());
     const r = { offset: 5000, length: 100 };
-    expectBytes(await src.fetchRanges([r]), [r]);
+    expectBytes(await src.readRanges([r], {}), [r]);
     await shared.streams.get(s.url, digest)?.ended;
-    expectBytes(await src.readRanges([r]), [r]);
+    expectBytes(await src.readRanges([r], {}), [r]);
     expect(s.requests.filter((q) => q.method === 'GET').length).toBe(1);
     expectBytes(await src.readRanges([r], { bypassCache: true }), [r]);
     expect(s.requests.filter((q) => q.method === 'GET').length).toBe(2);
@@ -218,14 +218,14 @@ describe('each row of the fleet table, as the only host', () => {
     const late = { offset: 1000, length: 5000 };
     const early = { offset: SIZE - 5000, length: 5000 };
     // learn first (the first answer is a 200), then a read ahead and a read behind at once
-    expectBytes(await src.fetchRanges([late]), [late]);
-    const first = src.fetchRanges([early]);
+    expectBytes(await src.readRanges([late], {}), [late]);
+    const first = src.readRanges([early], {});
     const stream = shared.streams.get(s.url, digest)!;
     expect(stream).toBeDefined();
     // once the stream is past byte 10, a read there is behind it
     await vi.waitFor(() => expect(stream.position).toBeGreaterThan(10));
     expect(stream.live).toBe(true);
-    const behind = src.fetchRanges([{ offset: 0, length: 10 }]);
+    const behind = src.readRanges([{ offset: 0, length: 10 }], {});
     s.release();
     expectBytes(await first, [early]);
     expectBytes(await behind, [{ offset: 0, length: 10 }]);
@@ -253,7 +253,7 @@ describe('mirrors', () => {
     };
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     const reads = scatter(40, 5);
-    expectBytes(await src.fetchRanges(reads), reads);
+    expectBytes(await src.readRanges(reads, {}), reads);
     expect(mirror.requests.length).toBe(0);
     expect(origin.bodyBytes()).toBeLessThanOrEqual(1.2 * reads.reduce((n, r) => n + r.length, 0) + 64 * 1024);
   });
@@ -273,15 +273,15 @@ describe('mirrors', () => {
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     // the footer: far ahead of the (held) stream, served by the origin at once
     const tail = { offset: SIZE - 100, length: 100 };
-    expectBytes(await src.fetchRanges([tail]), [tail]);
+    expectBytes(await src.readRanges([tail], {}), [tail]);
     expect(origin.bodyBytes()).toBe(100);
     // a read near the stream waits for it
     const near = { offset: 70 * 1024, length: 1000 };
-    const nearRead = src.fetchRanges([near]);
+    const nearRead = src.readRanges([near], {});
     // the origin goes down: a far read falls back to waiting on the mirror's stream
     origin.setFailStatus(503);
     const far = { offset: SIZE - 50_000, length: 1000 };
-    const farRead = src.fetchRanges([far]);
+    const farRead = src.readRanges([far], {});
     mirror.release();
     expectBytes(await nearRead, [near]);
     expectBytes(await farRead, [far]);
@@ -298,7 +298,7 @@ describe('mirrors', () => {
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     for (let i = 1; i <= 5; i++) {
       const r = { offset: SIZE - i * 100_000, length: 5000 };
-      expectBytes(await src.fetchRanges([r]), [r]);
+      expectBytes(await src.readRanges([r], {}), [r]);
     }
     // one GET taught us the mirror ignores Range (its answer hung up); none after that
     expect(mirror.requests.filter((q) => q.method === 'GET').length).toBe(1);
@@ -320,7 +320,7 @@ describe('mirrors', () => {
     };
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport(creds));
     const reads = scatter(30, 8);
-    expectBytes(await src.fetchRanges(reads), reads);
+    expectBytes(await src.readRanges(reads, {}), reads);
     expect(origin.requests.length).toBe(0);
     const gets = mirror.requests.filter((q) => q.method === 'GET');
     expect(gets.length).toBeGreaterThan(0);
@@ -370,7 +370,7 @@ describe('mirrors', () => {
       const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host }] } };
       const src = source(hosts, `${origin.host}/lab/app:1`, new RangeFetchShared(), t);
       const reads = scatter(10, 4);
-      expectBytes(await src.fetchRanges(reads), reads);
+      expectBytes(await src.readRanges(reads, {}), reads);
       // the mirror served, with its own credentials; nothing of the origin's reached it
       const originSecret = b64('origin-user', 'origin-pass');
       const mirrorAuth = mirror.requests.map((q) => q.headers.authorization ?? '');
@@ -380,7 +380,7 @@ describe('mirrors', () => {
       // the mirror down: the origin gets its own credentials
       mirror.setFailStatus(503);
       const src2 = source(hosts, `${origin.host}/lab/app:1`, new RangeFetchShared(), t);
-      expectBytes(await src2.fetchRanges(reads), reads);
+      expectBytes(await src2.readRanges(reads, {}), reads);
       expect(origin.requests.map((q) => q.headers.authorization)).toContain(`Basic ${originSecret}`);
       expect(mirror.requests.some((q) => (q.headers.authorization ?? '').includes(originSecret))).toBe(false);
     } finally {
@@ -397,19 +397,19 @@ describe('mirrors', () => {
     const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host }] } };
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     const r1 = [{ offset: 10, length: 100 }];
-    expectBytes(await src.fetchRanges(r1), r1);
+    expectBytes(await src.readRanges(r1, {}), r1);
     const mirrorTries = mirror.requests.length;
     expect(mirrorTries).toBeGreaterThan(0);
     expect(origin.requests.length).toBe(1);
     // cooling: the mirror is not asked
     now += 10_000;
-    expectBytes(await src.fetchRanges(r1), r1);
+    expectBytes(await src.readRanges(r1, {}), r1);
     expect(mirror.requests.length).toBe(mirrorTries);
     // after the cool-down it is asked again, and serves
     mirror.setFailStatus(undefined);
     now += 30_000;
     const originBefore = origin.requests.length;
-    expectBytes(await src.fetchRanges(r1), r1);
+    expectBytes(await src.readRanges(r1, {}), r1);
     expect(mirror.requests.length).toBe(mirrorTries + 1);
     expect(origin.requests.length).toBe(originBefore);
   });
@@ -423,11 +423,11 @@ describe('mirrors', () => {
     const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host, requestTimeoutMs: 300 }] } };
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     const r = [{ offset: 1, length: 10 }];
-    expectBytes(await src.fetchRanges(r), r);
+    expectBytes(await src.readRanges(r, {}), r);
     const tries = mirror.requests.filter((q) => q.method === 'GET').length;
     expect(tries).toBeGreaterThan(0);
     expect(tries).toBeLessThanOrEqual(2); // one retry at most before failing over
-    expectBytes(await src.fetchRanges(r), r);
+    expectBytes(await src.readRanges(r, {}), r);
     expect(mirror.requests.filter((q) => q.method === 'GET').length).toBe(tries);
   });
 
@@ -439,7 +439,7 @@ describe('mirrors', () => {
     const hosts: HostsConfig = { [origin.host]: { mirrors: [{ host: mirror.host }] } };
     const src = source(hosts, `${origin.host}/lab/app:1`, shared, transport());
     const reads = scatter(10, 2);
-    expectBytes(await src.fetchRanges(reads), reads);
+    expectBytes(await src.readRanges(reads, {}), reads);
     // one multi-range question (404), one single range to tell "no multi-range" from "no blob"
     expect(mirror.requests.length).toBe(2);
     expect(shared.rangeProfiles()[mirror.url]!.mode).toBe('multi');
@@ -450,7 +450,7 @@ describe('mirrors', () => {
     origin.setFailStatus(500);
     const shared = new RangeFetchShared();
     const src = source({}, `${origin.host}/lab/app:1`, shared, transport());
-    const err = await src.fetchRanges([{ offset: 0, length: 10 }]).catch((e: unknown) => e);
+    const err = await src.readRanges([{ offset: 0, length: 10 }], {}).catch((e: unknown) => e);
     expect(isStoreError(err, 'E_REGISTRY_STATUS')).toBe(true);
   });
 });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openLayer } from '../../src/format/open-layer.js';
 import { lookupPath } from '../../src/format/model.js';
 import { readFileRange } from '../../src/format/read-file.js';
-import { BlobFetcher, RangeFetchShared } from '../../src/registry/blob-fetcher.js';
+import { RangeFetchShared, RegistryBlobReader } from '../../src/registry/blob-reader.js';
 import { resolveEndpoints, type HostsConfig } from '../../src/registry/hosts.js';
 import { RegistryClient, parseReference } from '../../src/registry/index.js';
 import { retryPolicy } from '../../src/registry/retry.js';
@@ -91,7 +91,7 @@ describe('lazy reads through a docker-registry pull-through cache', () => {
     try {
       const image = await client.resolveImage(ref);
       for (const [i, d] of image.layers.entries()) {
-        const src = new BlobFetcher({
+        const src = new RegistryBlobReader({
           transport,
           shared,
           endpoints: resolveEndpoints(ref, hosts),

@@ -148,7 +148,6 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
     const cap = captureLogger();
     const client = new RegistryClient({
       credentials: withCreds({ username: USER, password: PASS }),
-      blockSize: 50_000,
       logger: cap.logger,
     });
     try {
@@ -171,7 +170,6 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
     tokens.setOptions({ validForSec: 6, advertisedExpiresIn: 6 });
     const client = new RegistryClient({
       credentials: withCreds({ username: USER, password: PASS }),
-      blockSize: 50_000,
     });
     try {
       const blob = await client.openBlob(ref(), img.layers[0]!.digest);

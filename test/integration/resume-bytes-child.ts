@@ -41,7 +41,8 @@ const store = await BlobStore.open({
   budget: chunkCacheBudget(cache),
   checkpointBytes: 512 * 1024,
 });
-const client = new RegistryClient({});
+// The registry reader fetches exactly the requested ranges (no read-ahead bypasses the blob store).
+const client = new RegistryClient();
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
   (reader ??= client.openBlob(parseReference(args.ref), args.digest, { size: index.blobSize }));

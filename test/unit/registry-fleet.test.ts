@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { subtract } from '../../src/registry/blob-fetcher.js';
+import { hostsFromStoreConfig } from '../../src/cli/serve-command.js';
+import { subtract } from '../../src/registry/blob-reader.js';
 import { HostHealth } from '../../src/registry/host-health.js';
 import { HostRangeProfile } from '../../src/registry/host-range-profile.js';
 import { resolveEndpoints, endpointUrl } from '../../src/registry/hosts.js';
@@ -271,6 +272,18 @@ header = { "X-Dragonfly-Registry" = ["https://index.docker.io"] }
       nsQuery: false,
       header: { 'X-Dragonfly-Registry': ['https://index.docker.io'] },
     });
+    // serve maps them into the registry client's hosts config: range reads skip the mirror, no ?ns=
+    const hosts = hostsFromStoreConfig(config);
+    expect(hosts['docker.io']!.mirrors![0]).toMatchObject({ rangedReads: 'next-host', nsQuery: false });
+    const [mirror] = resolveEndpoints(parseReference('docker.io/library/alpine:3'), hosts);
+    expect(mirror).toMatchObject({ host: 'df.local:65001', rangedReads: 'next-host' });
+    expect(mirror!.ns).toBeUndefined();
+    // the defaults (mirror, ns_query = true) add nothing
+    const plain = buildConfig(text.replace(/ranged_reads.*\n/, '').replace(/ns_query.*\n/, ''), {
+      mountpoint: '/mnt',
+    }).config;
+    const m = hostsFromStoreConfig(plain)['docker.io']!.mirrors![0]!;
+    expect('rangedReads' in m || 'nsQuery' in m).toBe(false);
     expect(() => buildConfig(text.replace('"next-host"', '"sideways"'), { mountpoint: '/mnt' })).toThrow(
       /ranged_reads/,
     );
