@@ -1,0 +1,27 @@
+/**
+ * Defaults that lower layers (cache/, layer/ ...) also fall back to when a caller (a test, a bench)
+ * leaves an option out. The config schema (src/store/config/schema.ts) declares its defaults from
+ * these constants, so each number exists once; everything else defaults in the schema only.
+ */
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+/** `[cache]`: disk bound of the chunk cache, free-space margin, in-memory LRU in front of it. */
+export const CACHE_DEFAULTS = {
+  maxBytes: 10 * GiB,
+  minFreeBytes: 1 * GiB,
+  memoryBytes: 128 * MiB,
+} as const;
+
+/** `[deadlines]` in seconds; the FUSE limit stays above the two the store answers itself. */
+export const DEADLINE_DEFAULTS_SEC = {
+  lookup: 20,
+  read: 25,
+  fuse: 30,
+  /** How long "not lazily servable" (ENOENT) is remembered. */
+  negativeTtl: 60,
+} as const;
+
+/** Go `resolve_result_entry_ttl_sec`: an unused resolved layer stays open this long. */
+export const IDLE_LAYER_TTL_SEC = 120;
