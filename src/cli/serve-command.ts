@@ -15,6 +15,7 @@ import {
 import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
+import { rootLayout } from '../util/root-layout.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 import { ChunkCache } from '../cache/index.js';
@@ -432,7 +433,6 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       memoryBytes: config.cache.memoryBytes,
       logger,
     });
-    const readMs = config.deadlines.readSec * 1000;
     const store = createLayerStore({
       root: config.root,
       registry,
@@ -441,19 +441,19 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       logger,
       deadlines: {
         lookupMs: config.deadlines.lookupSec * 1000,
-        readMs,
+        readMs: config.deadlines.readSec * 1000,
         fuseMs: config.deadlines.fuseSec * 1000,
       },
       negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
       idleTtlMs: config.resolveResultEntryTtlSec * 1000,
       ...(accessLog ? { accessLog } : {}),
+      // the layer's read deadline is deadlines.readMs (createLayerStore passes it on)
       layer: {
-        deadlineMs: readMs,
         prefetch: !config.noprefetch,
         prefetchBytes: config.prefetchSize,
         backgroundFetch: !config.noBackgroundFetch,
         scheduler: new FetchScheduler({ backgroundConcurrency: config.maxConcurrency }),
-        stateDir: join(config.root, 'layer-state'),
+        stateDir: rootLayout(config.root).layerState,
       },
     });
     const c = cache;
