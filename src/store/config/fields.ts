@@ -103,7 +103,7 @@ export function oneOf<const T extends readonly [string, ...string[]]>(
     o.emptyIsDefault === true
       ? z.enum(['', ...values], { error }).transform((v): T[number] => (v === '' ? def : v))
       : z.enum(values, { error });
-  return documented(s.default(def as never), asDoc(doc, values.map((v) => `"${v}"`).join(' \\| ')));
+  return documented(s.default(def as never), asDoc(doc, values.map((v) => `"${v}"`).join(' | ')));
 }
 
 /** Accepted and ignored whatever its value (a deprecated Go key). */

@@ -41,11 +41,20 @@ const absPath = z
   .refine((v) => isAbsolute(v), { error: 'must be an absolute path' });
 
 const tlsShape = {
-  ca_file: z
-    .union([absPath, z.array(absPath).min(1)], { error: 'must be a path or a non-empty array of paths' })
-    .optional(),
-  cert_file: absPath.optional(),
-  key_file: absPath.optional(),
+  ca_file: documented(
+    z
+      .union([absPath, z.array(absPath).min(1)], { error: 'must be a path or a non-empty array of paths' })
+      .optional(),
+    { doc: 'extra CA certificate(s) (PEM) added to the system roots', kind: 'path or array of paths' },
+  ),
+  cert_file: documented(absPath.optional(), {
+    doc: 'client certificate (PEM) for mutual TLS; needs key_file',
+    kind: 'path',
+  }),
+  key_file: documented(absPath.optional(), {
+    doc: 'client key (PEM) for mutual TLS; needs cert_file',
+    kind: 'path',
+  }),
 };
 
 /** CA certificates added to the system roots, and a client certificate + key for mutual TLS. */
@@ -76,32 +85,43 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const headerValues = 'must be a string or an array of strings without line breaks';
 
 const mirror = entry({
-  host: z
-    .string({ error: 'must be a string' })
-    .prefault('')
-    .superRefine((h, ctx) => {
-      if (h === '' || /\s|\/\//.test(h))
-        issue(ctx, 'must be a host[:port] without scheme (use insecure = true for plain http)', h);
-    }),
+  host: documented(
+    z
+      .string({ error: 'must be a string' })
+      .prefault('')
+      .superRefine((h, ctx) => {
+        if (h === '' || /\s|\/\//.test(h))
+          issue(ctx, 'must be a host[:port] without scheme (use insecure = true for plain http)', h);
+      }),
+    { doc: 'host[:port] of the mirror, no scheme (required)', defaultDoc: '(required)', kind: 'string' },
+  ),
   insecure: bool(false, 'plain HTTP (and no TLS verification) for this mirror'),
   request_timeout_sec: int(0, '0 = [resolver] request_timeout_sec; < 0 = no timeout', {
     min: Number.MIN_SAFE_INTEGER,
     what: 'must be an integer',
   }),
-  header: z
-    .record(
-      z.string(),
-      z.union([z.string(), z.array(z.string()).min(1)], { error: headerValues }).superRefine((v, ctx) => {
-        if ((Array.isArray(v) ? v : [v]).some((x) => /[\r\n\0]/.test(x))) issue(ctx, headerValues, v);
-      }),
-      { error: 'must be a table of header = "value" or ["values"]' },
-    )
-    .superRefine((h, ctx) => {
-      for (const name of Object.keys(h))
-        if (!HEADER_NAME.test(name)) issue(ctx, 'is not a valid header name', name, [name]);
-    })
-    .transform((h) => Object.fromEntries(Object.entries(h).map(([k, v]) => [k, Array.isArray(v) ? v : [v]])))
-    .default({}),
+  header: documented(
+    z
+      .record(
+        z.string(),
+        z.union([z.string(), z.array(z.string()).min(1)], { error: headerValues }).superRefine((v, ctx) => {
+          if ((Array.isArray(v) ? v : [v]).some((x) => /[\r\n\0]/.test(x))) issue(ctx, headerValues, v);
+        }),
+        { error: 'must be a table of header = "value" or ["values"]' },
+      )
+      .superRefine((h, ctx) => {
+        for (const name of Object.keys(h))
+          if (!HEADER_NAME.test(name)) issue(ctx, 'is not a valid header name', name, [name]);
+      })
+      .transform((h) =>
+        Object.fromEntries(Object.entries(h).map(([k, v]) => [k, Array.isArray(v) ? v : [v]])),
+      )
+      .default({}),
+    {
+      doc: 'extra request headers, e.g. { "X-Dragonfly-Registry" = ["https://index.docker.io"] }',
+      kind: 'table',
+    },
+  ),
   ranged_reads: oneOf(['mirror', 'split', 'next-host'], 'mirror', 'how range reads use this mirror'),
   ns_query: bool(true, 'send ?ns=<registry> to this mirror'),
   ...tlsShape,
@@ -146,14 +166,19 @@ const hostEntry = entry({
 
 // ---- [debug]: Go's `debug = true`, or our table (TOML cannot hold both) ----
 
-const debugTable = entry({
-  fuse: bool(false, 'FUSE request debug log (same as the Go `debug = true`)'),
-  record_accesses: absPathOrEmpty(
-    '',
-    'off',
-    'append one JSON line per first open (and first readlink) of each diff file; same as --record-accesses',
-  ),
-});
+const debugTable = documented(
+  entry({
+    fuse: bool(false, 'FUSE request debug log (same as the Go `debug = true`)'),
+    record_accesses: absPathOrEmpty(
+      '',
+      'off',
+      'append one JSON line per first open (and first readlink) of each diff file; same as --record-accesses',
+    ),
+  }),
+  {
+    doc: 'debugging aids; delete the Go `debug = ...` line to use this table (`fuse = true` means the same)',
+  },
+);
 
 const PLATFORM_RE = /^[a-z0-9_.-]+\/[a-z0-9_.-]+(\/[a-z0-9_.-]+)?$/;
 
@@ -181,16 +206,24 @@ export const fileSchema = z.object({
   prefetch_async_size: int(0, { doc: 'asynchronous prefetch size', noEffect: true }),
   noprefetch: bool(false, 'true: never prefetch'),
   no_background_fetch: bool(false, 'true: fetch only what is read (no full-layer fetch + DiffID check)'),
-  debug: z
-    .union([z.boolean(), debugTable], { error: 'must be true or false (Go) or a [debug] table' })
-    .optional(),
+  debug: documented(
+    z.union([z.boolean(), debugTable], { error: 'must be true or false (Go) or a [debug] table' }).optional(),
+    {
+      doc: 'FUSE request debug log (Go); or the [debug] table below, not both',
+      defaultDoc: 'false',
+      kind: 'boolean or table',
+    },
+  ),
   allow_no_verification: bool(false, { doc: 'every chunk is always verified', noEffect: true }),
-  disable_verification: z
-    .boolean({ error: 'must be true or false' })
-    .superRefine((v, ctx) => {
-      if (v) issue(ctx, 'verification cannot be disabled (true is fatal, as in the Go store)', v);
-    })
-    .optional(),
+  disable_verification: documented(
+    z
+      .boolean({ error: 'must be true or false' })
+      .superRefine((v, ctx) => {
+        if (v) issue(ctx, 'verification cannot be disabled (true is fatal, as in the Go store)', v);
+      })
+      .optional(),
+    { doc: 'true is FATAL: verification cannot be disabled', defaultDoc: 'false', kind: 'boolean' },
+  ),
   max_concurrency: int(2, 'background fetch tasks', { zeroIsDefault: true, min: 1 }),
   no_prometheus: bool(false, { doc: 'Go metrics switch (see metrics_address)', noEffect: true }),
   log_file_access: bool(false, { doc: 'per-file access log of the Go store', noEffect: true }),
