@@ -86,6 +86,9 @@ export function buildConfig(text: string | undefined, flags: ConfigFlags, source
   const raw = text === undefined ? {} : parseTomlText(text, source ?? '<config>');
   for (const assignment of flags.set ?? []) applyOverride(raw, assignment);
   const fromFlags = readFlags(flags);
+  const warnings: string[] = [];
+  const notes: string[] = [];
+  walkKeys(fileSchema, raw, [], raw, warnings, notes);
   const parsed = fileSchema.safeParse(raw);
   if (!parsed.success) throw toConfigError(parsed.error.issues, raw);
   const { debug, disable_verification: _dv, resolve_result_entry: _rre, ...rest } = parsed.data;
@@ -93,9 +96,6 @@ export function buildConfig(text: string | undefined, flags: ConfigFlags, source
   void _rre;
   const tables = camelizeTop(rest);
 
-  const warnings: string[] = [];
-  const notes: string[] = [];
-  walkKeys(fileSchema, raw, [], raw, warnings, notes);
   if (tables.kubeconfigKeychain.enableKeychain) {
     warnings.push(
       'config key [kubeconfig_keychain] enable_keychain: the Kubernetes pull-secret keychain is not supported by this store; use the auth helper, auth.json or docker config instead',
@@ -277,7 +277,10 @@ export function displayKey(path: readonly PropertyKey[], raw: unknown): string {
   return table === '' ? key : key === '' ? table : `${table} ${key}`;
 }
 
-/** Unknown keys -> warnings; keys that are set but change nothing here -> notes. */
+/**
+ * Unknown keys -> warnings; keys that are set but change nothing here -> notes. Runs before the schema
+ * parse: a TOML date where a table belongs is refused here (zod would take a Date for an empty table).
+ */
 function walkKeys(
   schema: Schema,
   value: unknown,
@@ -287,6 +290,10 @@ function walkKeys(
   notes: string[],
 ): void {
   const def = base(schema, value);
+  if (value instanceof Date && (def.type === 'object' || def.type === 'record')) {
+    const key = displayKey(path, raw);
+    throw new StoreError('E_CONFIG', `config key ${key}: must be a table, got a date`, { key });
+  }
   if (def.type === 'object' && isTable(value)) {
     for (const [k, v] of Object.entries(value)) {
       const at = [...path, k];
