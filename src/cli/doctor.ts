@@ -16,7 +16,7 @@ import { Transport, dump } from '../registry/transport.js';
 import { loadConfig, type StoreConfig } from '../store/config.js';
 import { controlRequest } from '../store/control-socket.js';
 import { asStoreError } from '../util/errors.js';
-import { authFilePaths, hostsFromStoreConfig } from './serve-command.js';
+import { authFilePaths, hostsFromStoreConfig } from './config-options.js';
 import { formatBytes } from './status-command.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 

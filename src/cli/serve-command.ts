@@ -1,8 +1,6 @@
 import { Command } from 'commander';
 import { execFile } from 'node:child_process';
-import { mkdir, readFile } from 'node:fs/promises';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { mkdir } from 'node:fs/promises';
 import {
   loadConfig,
   DEFAULT_ADDR,
@@ -10,26 +8,21 @@ import {
   DEFAULT_ROOT,
   type ConfigFlags,
   type StoreConfig,
-  type TlsFiles,
 } from '../store/config.js';
 import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
-import { rootLayout } from '../util/root-layout.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 import { ChunkCache } from '../cache/index.js';
-import { FetchScheduler } from '../layer/index.js';
+import { MemoryCredentialProvider, mergeHostsConfigs, RegistryClient } from '../registry/index.js';
 import {
-  defaultAuthFilePaths,
-  defaultCredentialProviders,
-  MemoryCredentialProvider,
-  mergeHostsConfigs,
-  parseRegistriesConf,
-  RegistryClient,
-  type HostsConfig,
-  type MirrorConfig as RegistryMirror,
-} from '../registry/index.js';
+  chunkCacheOptions,
+  layerStoreOptions,
+  hostsFromStoreConfig,
+  readRegistriesConf,
+  registryClientOptions,
+} from './config-options.js';
 import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
 import { startMetricsServer, type MetricsServer } from '../store/metrics-server.js';
 import { setMetricSources } from '../util/metrics.js';
@@ -327,77 +320,6 @@ export interface BuiltStore {
   pins?: PinManager;
 }
 
-/** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
-async function readRegistriesConf(path: string, logger: Logger): Promise<HostsConfig> {
-  if (path === '') return {};
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
-    throw new StoreError(
-      'E_CONFIG',
-      `config key [registry] registries_conf: cannot read ${path}: ${(err as Error).message}`,
-      {
-        key: 'registries_conf',
-        path,
-      },
-    );
-  }
-  try {
-    const hosts = parseRegistriesConf(text);
-    logger.debug({ path, hosts: Object.keys(hosts) }, 'read registries.conf');
-    return hosts;
-  } catch (err) {
-    throw new StoreError(
-      'E_CONFIG',
-      `config key [registry] registries_conf: ${path}: ${asStoreError(err).message}`,
-      {
-        key: 'registries_conf',
-        path,
-      },
-    );
-  }
-}
-
-/** The `[resolver]` hosts (Go mirrors, plus our TLS files) in the registry client's terms. */
-export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
-  const hosts: HostsConfig = {};
-  for (const [host, { mirrors, tls }] of Object.entries(config.resolver.hosts)) {
-    hosts[host] = {
-      mirrors: mirrors.map((m) => {
-        const mc: RegistryMirror = { host: m.host, insecure: m.insecure };
-        // Go: 0 = the global [resolver] timeout, < 0 = none.
-        if (m.requestTimeoutSec !== 0)
-          mc.requestTimeoutMs = m.requestTimeoutSec < 0 ? Infinity : m.requestTimeoutSec * 1000;
-        if (Object.keys(m.header).length > 0) mc.headers = m.header;
-        if (m.tls) Object.assign(mc, tlsOptions(m.tls));
-        return mc;
-      }),
-      ...(tls ? tlsOptions(tls) : {}),
-    };
-  }
-  return hosts;
-}
-
-function tlsOptions(t: TlsFiles): Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> {
-  const o: Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> = {};
-  if (t.caFiles) o.caFiles = t.caFiles;
-  if (t.certFile) o.certFile = t.certFile;
-  if (t.keyFile) o.keyFile = t.keyFile;
-  return o;
-}
-
-/** auth.json search order with the config's overrides ([registry] auth_file, docker_config). */
-export function authFilePaths(config: StoreConfig, env: NodeJS.ProcessEnv = process.env): string[] {
-  const e = { ...env };
-  if (config.registry.authFile !== '') e.REGISTRY_AUTH_FILE = config.registry.authFile;
-  const paths = defaultAuthFilePaths(e);
-  if (config.registry.dockerConfig === '') return paths;
-  const defaultDocker = join(e.DOCKER_CONFIG || join(e.HOME || homedir(), '.docker'), 'config.json');
-  return paths.map((p) => (p === defaultDocker ? config.registry.dockerConfig : p));
-}
-
 /** Registry client, chunk cache and layer store, built from the config. */
 export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
   const hosts = mergeHostsConfigs(
@@ -405,56 +327,19 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     await readRegistriesConf(config.registry.registriesConf, logger),
   );
   const memory = new MemoryCredentialProvider();
-  const registry = new RegistryClient({
-    hosts,
-    credentials: defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
-    platforms: config.platform.platforms,
-    retry: {
-      maxRetries: config.blob.maxRetries,
-      minWaitMs: config.blob.minWaitMsec,
-      maxWaitMs: config.blob.maxWaitMsec,
-    },
-    blockSize: config.blob.chunkSize,
-    forceSingleRange: config.blob.forceSingleRangeMode,
-    requestTimeoutMs: config.resolver.requestTimeoutSec * 1000,
-    fetchTimeoutMs: config.blob.fetchingTimeoutSec * 1000,
-    tagTtlMs: config.registry.tagTtlSec * 1000,
-    logger,
-  });
+  const registry = new RegistryClient(registryClientOptions(config, hosts, memory, logger));
   let cache: ChunkCache | undefined;
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
-    cache = await ChunkCache.open({
-      root: config.root,
-      // 0 = no byte bound (min_free_bytes still applies)
-      maxBytes: config.cache.maxBytes === 0 ? Number.MAX_SAFE_INTEGER : config.cache.maxBytes,
-      minFreeBytes: config.cache.minFreeBytes,
-      memoryBytes: config.cache.memoryBytes,
-      logger,
-    });
+    cache = await ChunkCache.open(chunkCacheOptions(config, logger));
     const store = createLayerStore({
-      root: config.root,
+      ...layerStoreOptions(config),
       registry,
       cache,
       credentials: memory,
       logger,
-      deadlines: {
-        lookupMs: config.deadlines.lookupSec * 1000,
-        readMs: config.deadlines.readSec * 1000,
-        fuseMs: config.deadlines.fuseSec * 1000,
-      },
-      negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
-      idleTtlMs: config.resolveResultEntryTtlSec * 1000,
       ...(accessLog ? { accessLog } : {}),
-      // the layer's read deadline is deadlines.readMs (createLayerStore passes it on)
-      layer: {
-        prefetch: !config.noprefetch,
-        prefetchBytes: config.prefetchSize,
-        backgroundFetch: !config.noBackgroundFetch,
-        scheduler: new FetchScheduler({ backgroundConcurrency: config.maxConcurrency }),
-        stateDir: rootLayout(config.root).layerState,
-      },
     });
     const c = cache;
     const pins = createPinManager({ root: config.root, registry, store, logger });
