@@ -27,7 +27,8 @@ import { terminateCodec } from '../src/format/codec.js';
 import type { LayerIndex, TreeNode } from '../src/format/model.js';
 import { openLayer } from '../src/format/open-layer.js';
 import { buildLayerToFile } from '../src/format/writer/index.js';
-import { FetchScheduler, LazyLayer, type BlobSource } from '../src/layer/index.js';
+import { FetchScheduler, LazyLayer } from '../src/layer/index.js';
+import type { RangeReader } from '../src/util/range-reader.js';
 import { StoreError } from '../src/util/errors.js';
 import { FileRangeReader } from '../src/util/range-reader.js';
 
@@ -139,7 +140,7 @@ class BlobServer {
 }
 
 /** Blob source over HTTP Range requests (undici.request: Node streams, cheaper than fetch()). */
-class HttpSource implements BlobSource {
+class HttpSource implements RangeReader {
   private readonly agent = new Agent({ connections: 64, keepAliveTimeout: 60_000 });
 
   constructor(

@@ -3,6 +3,9 @@
  * `decodeChunk` (worker pool, concurrency = pool size), against baselines measured in the same
  * run on the same spans: Node's `zlib.gunzip` + sha256 (gzip) and zstd-napi `decompress` +
  * sha256 (zstd). Targets: gzip >= 0.85x its baseline, zstd >= 400 MB/s.
+ * Also, same run, same spans: Node's built-in zstd (`zlib.zstdDecompressSync`, Node >= 22.15) against
+ * zstd-napi, decompress (+ sha256) and compress at level 3, to decide whether the native module can go
+ * (it can when the built-in is within 10% of it).
  *
  *   npm run bench:formats [-- --size-mib 256 --rounds 3 --workers 2 --gzip-level 6]
  * (gzip level 6 only to keep the build step short; inflate speed hardly depends on the level)
@@ -10,7 +13,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { promisify } from 'node:util';
-import { gunzip } from 'node:zlib';
+import { constants as zlibConstants, gunzip, zstdCompressSync, zstdDecompressSync } from 'node:zlib';
 import { codecPoolSize, configureCodec, decodeChunk, terminateCodec } from '../src/format/codec.js';
 import type { Chunk, Compression } from '../src/format/model.js';
 import { openLayer } from '../src/format/open-layer.js';
@@ -19,7 +22,10 @@ import { encodeHeader, padding, simpleFileHeader } from '../src/format/writer/ta
 import { BufferRangeReader } from '../src/util/range-reader.js';
 
 const require = createRequire(import.meta.url);
-const zstd = require('zstd-napi') as { decompress(b: Uint8Array): Buffer };
+const zstd = require('zstd-napi') as {
+  compress(b: Uint8Array, params?: { compressionLevel?: number }): Buffer;
+  decompress(b: Uint8Array): Buffer;
+};
 const gunzipAsync = promisify(gunzip);
 
 interface Args {
@@ -146,6 +152,53 @@ function check(j: Job, plain: Buffer): void {
   if (sha256(data) !== j.chunk.digest) throw new Error('baseline digest mismatch');
 }
 
+/**
+ * zlib's built-in zstd vs zstd-napi on the same data, synchronous on the main thread, interleaved by
+ * round: decompress + sha256 of every chunk span, and compress (level 3) of 1 MiB pieces of the tar.
+ */
+function compareZstdEngines(jobs: Job[], bytes: number, tar: Buffer, rounds: number): string[] {
+  const decoders: Record<string, (b: Buffer) => Buffer> = {
+    'zstd-napi': (b) => zstd.decompress(b),
+    'zlib (node)': (b) => zstdDecompressSync(b),
+  };
+  const encoders: Record<string, (b: Buffer) => Buffer> = {
+    'zstd-napi': (b) => zstd.compress(b, { compressionLevel: 3 }),
+    'zlib (node)': (b) => zstdCompressSync(b, { params: { [zlibConstants.ZSTD_c_compressionLevel]: 3 } }),
+  };
+  const pieces: Buffer[] = [];
+  for (let o = 0; o < Math.min(tar.length, 64 << 20); o += 1 << 20)
+    pieces.push(tar.subarray(o, o + (1 << 20)));
+  const pieceBytes = pieces.reduce((n, p) => n + p.length, 0);
+  const dec: Record<string, number[]> = {};
+  const enc: Record<string, number[]> = {};
+  for (let round = 0; round < rounds; round++) {
+    for (const [name, fn] of Object.entries(decoders)) {
+      const t0 = performance.now();
+      for (const j of jobs) if (j.span.length > 0) check(j, fn(j.span));
+      (dec[name] ??= []).push(bytes / 1e6 / ((performance.now() - t0) / 1000));
+    }
+    for (const [name, fn] of Object.entries(encoders)) {
+      const t0 = performance.now();
+      for (const p of pieces) fn(p);
+      (enc[name] ??= []).push(pieceBytes / 1e6 / ((performance.now() - t0) / 1000));
+    }
+  }
+  const median = (a: number[]): number => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
+  const rows: string[] = [];
+  for (const [op, table] of [
+    ['decompress+sha', dec],
+    ['compress (l3)', enc],
+  ] as const) {
+    const ref = median(table['zstd-napi']!);
+    for (const [name, v] of Object.entries(table)) {
+      rows.push(
+        `${name.padEnd(18)} ${op.padEnd(14)} ${fmt(median(v), 11)} ${fmt(Math.max(...v), 11)}   ${(median(v) / ref).toFixed(2).padStart(6)}x`,
+      );
+    }
+  }
+  return rows;
+}
+
 function fmt(n: number, width = 8): string {
   return n.toFixed(1).padStart(width);
 }
@@ -164,6 +217,7 @@ async function main(): Promise<void> {
   );
 
   const rows: string[] = [];
+  const engineRows: string[] = [];
   let pass = true;
   for (const format of ['estargz', 'zstd:chunked'] as const) {
     const opts: BuildOptions = { format, gzipLevel: args.gzipLevel };
@@ -191,6 +245,7 @@ async function main(): Promise<void> {
           : await throughput(jobs, bytes, 1, async (j) => check(j, zstd.decompress(j.span))),
       );
     }
+    if (compression === 'zstd') engineRows.push(...compareZstdEngines(jobs, bytes, tar, args.rounds));
     const best = (a: number[]): number => Math.max(...a);
     const median = (a: number[]): number => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!;
     const ratio = median(ours) / median(base);
@@ -213,6 +268,9 @@ async function main(): Promise<void> {
     'baseline: gzip = zlib.gunzip (libuv pool) + sha256 on the main thread, same concurrency;' +
       ' zstd = zstd-napi decompress + sha256, synchronous on the main thread.',
   );
+  console.log('');
+  console.log('zstd engine        op            median MB/s   best MB/s   vs zstd-napi (median)');
+  for (const r of engineRows) console.log(r);
   await terminateCodec();
   if (!pass) process.exitCode = 1;
 }

@@ -14,8 +14,10 @@ REG=127.0.0.1:$PORT
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Installing system packages (apt) and npm dependencies"
-bash scripts/install-deps.sh
-if [[ ! -d node_modules/fuse-native ]]; then npm ci --no-audit --no-fund; fi
+bash scripts/install-deps.sh --all
+if [[ ! -d node_modules/fuse-native || ! -x node_modules/.bin/node ]]; then npm ci --no-audit --no-fund; fi
+# The pinned Node 24 (node-linux-<arch>), whatever node the system has.
+NODE=$PWD/node_modules/.bin/node
 npm run build >/dev/null
 
 rm -rf "$DEMO_DIR"
@@ -46,12 +48,12 @@ for _ in $(seq 100); do curl -fsS "http://$REG/v2/" >/dev/null 2>&1 && break; sl
 say "Building a 64 MiB eStargz image with our writer and pushing it"
 head -c $((64 << 20)) /dev/urandom >"$DEMO_DIR/data/weights.bin"
 echo "hello from a lazily pulled layer" >"$DEMO_DIR/data/hello.txt"
-node dist/bench/lib/busybox-image.js --registry "$REG" --repo demo/app --tag estargz --format estargz \
+"$NODE" dist/bench/lib/busybox-image.js --registry "$REG" --repo demo/app --tag estargz --format estargz \
   --file "$DEMO_DIR/data/hello.txt:/data/hello.txt" --file "$DEMO_DIR/data/weights.bin:/data/weights.bin" \
   --cmd '["/bin/cat","/data/hello.txt"]' | tee "$DEMO_DIR/image.json"
 
 say "Starting the store (default config) at $DEMO_DIR/store"
-node bin/stargz-store.js --log-level info --root "$DEMO_DIR/root" --addr "$DEMO_DIR/store.sock" \
+bin/stargz-store --log-level info --root "$DEMO_DIR/root" --addr "$DEMO_DIR/store.sock" \
   "$DEMO_DIR/store" 2>"$DEMO_DIR/store.log" &
 STORE_PID=$!
 for _ in $(seq 100); do grep -q " $DEMO_DIR/store fuse" /proc/mounts && break; sleep 0.1; done
@@ -97,7 +99,7 @@ say "podman run"
 time podman_env run --rm "$REG/demo/app:estargz"
 
 say "Store status"
-node bin/stargz-store.js status --addr "$DEMO_DIR/store.sock"
+bin/stargz-store status --addr "$DEMO_DIR/store.sock"
 echo
 echo "Registry blob traffic (the store fetched on demand, then prefetched the rest in the background):"
 awk '/GET \/v2\/.*\/blobs\// { for (i = 1; i < NF; i++) if ($i ~ /^20[06]$/) { n++; b += $(i + 1); break } }

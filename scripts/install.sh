@@ -6,15 +6,19 @@
 #   <unitdir>/stargz-store.service    systemd unit (paths rewritten for the prefix)
 #   <sysconfdir>/stargz-store/config.toml   documented defaults (an existing file is kept)
 #   <prefix>/share/stargz-store/      storage.conf / registries.conf snippets
+#   <localstatedir>/lib/stargz-store/ state root, mountpoint (store/) and control socket (store.sock),
+#                                     written into the unit, the snippets and the helper wrapper
 # Idempotent: running it again replaces the program and keeps the configuration. It never starts the
 # store; with systemd running it only reloads unit files (use --enable to enable and start it).
 set -euo pipefail
 
 usage() {
   cat <<USAGE
-usage: scripts/install.sh [--prefix DIR] [--sysconfdir DIR] [--unitdir DIR] [--no-build] [--enable]
+usage: scripts/install.sh [--prefix DIR] [--sysconfdir DIR] [--localstatedir DIR] [--unitdir DIR] [--no-build] [--enable]
   --prefix DIR      program location (default /usr/local)
   --sysconfdir DIR  configuration root (default /etc for /usr and /usr/local, else <prefix>/etc)
+  --localstatedir DIR  state root: DIR/lib/stargz-store holds the cache, the mountpoint and the socket
+                    (default /var for /usr and /usr/local, else <prefix>/var)
   --unitdir DIR     systemd unit directory (default <sysconfdir>/systemd/system)
   --no-build        install the existing dist/ (npm run build is skipped)
   --enable          with systemd running: systemctl enable --now stargz-store
@@ -23,6 +27,7 @@ USAGE
 
 PREFIX=/usr/local
 SYSCONFDIR=
+LOCALSTATEDIR=
 UNITDIR=
 BUILD=1
 ENABLE=0
@@ -32,6 +37,8 @@ while (($#)); do
     --prefix=*) PREFIX=${1#*=}; shift ;;
     --sysconfdir) SYSCONFDIR=${2:?--sysconfdir needs a directory}; shift 2 ;;
     --sysconfdir=*) SYSCONFDIR=${1#*=}; shift ;;
+    --localstatedir) LOCALSTATEDIR=${2:?--localstatedir needs a directory}; shift 2 ;;
+    --localstatedir=*) LOCALSTATEDIR=${1#*=}; shift ;;
     --unitdir) UNITDIR=${2:?--unitdir needs a directory}; shift 2 ;;
     --unitdir=*) UNITDIR=${1#*=}; shift ;;
     --no-build) BUILD=0; shift ;;
@@ -47,6 +54,11 @@ if [[ -z $SYSCONFDIR ]]; then
   case $PREFIX in /usr | /usr/local) SYSCONFDIR=/etc ;; *) SYSCONFDIR=$PREFIX/etc ;; esac
 fi
 SYSCONFDIR=$(abspath "$SYSCONFDIR")
+if [[ -z $LOCALSTATEDIR ]]; then
+  case $PREFIX in /usr | /usr/local) LOCALSTATEDIR=/var ;; *) LOCALSTATEDIR=$PREFIX/var ;; esac
+fi
+LOCALSTATEDIR=$(abspath "$LOCALSTATEDIR")
+STATEDIR=$LOCALSTATEDIR/lib/stargz-store   # --root; the mountpoint and socket live inside it
 UNITDIR=$(abspath "${UNITDIR:-$SYSCONFDIR/systemd/system}")
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,12 +67,14 @@ BINDIR=$PREFIX/bin
 SHAREDIR=$PREFIX/share/stargz-store
 CONFDIR=$SYSCONFDIR/stargz-store
 
-NODE=$(command -v node || true)
-[[ -n $NODE ]] || { echo "install.sh: node (>= 20) not found in PATH" >&2; exit 1; }
-NODE=$(readlink -f "$NODE")
-node_major=$("$NODE" -p 'process.versions.node.split(".")[0]')
-((node_major >= 20)) || { echo "install.sh: node >= 20 required, found $("$NODE" --version)" >&2; exit 1; }
+# The store runs on the Node pinned in package.json (node-linux-<arch>, installed by npm ci), never on
+# whatever `node` is first on PATH: the wrappers below exec that binary by absolute path.
 [[ -d $SRC/node_modules ]] || { echo "install.sh: run 'npm ci' in $SRC first" >&2; exit 1; }
+[[ -x $SRC/node_modules/.bin/node ]] || {
+  echo "install.sh: the pinned Node is missing ($SRC/node_modules/.bin/node): run 'npm ci' in $SRC" >&2
+  exit 1
+}
+command -v npm >/dev/null || { echo "install.sh: npm not found in PATH" >&2; exit 1; }
 
 cd "$SRC"
 if ((BUILD)); then
@@ -92,19 +106,33 @@ else
 fi
 trap - EXIT
 
+# Resolved after the move: the wrappers name the real binary inside the installed tree.
+NODE=$(readlink -f "$LIBDIR/node_modules/.bin/node")
+[[ -x $NODE ]] || { echo "install.sh: $LIBDIR/node_modules/.bin/node is missing after install" >&2; exit 1; }
+
 write_wrapper() { # name entry
   local tmp
   tmp=$(mktemp "$BINDIR/.$1.XXXXXX")
-  printf '#!/bin/sh\n# Installed by stargz-store scripts/install.sh\nexec "%s" "%s/bin/%s" "$@"\n' "$NODE" "$LIBDIR" "$2" >"$tmp"
+  {
+    printf '#!/bin/sh\n# Installed by stargz-store scripts/install.sh: runs on the Node installed with it.\n'
+    # c/image runs the helper without arguments: give it this install's socket.
+    [[ $1 == stargz-store-helper ]] && printf '[ "$#" -eq 0 ] && set -- "%s"\n' "$STATEDIR/store.sock"
+    printf 'exec "%s" "%s/bin/%s" "$@"\n' "$NODE" "$LIBDIR" "$2"
+  } >"$tmp"
   chmod 0755 "$tmp"
   mv -f "$tmp" "$BINDIR/$1"
 }
 write_wrapper stargz-store stargz-store.js
 write_wrapper stargz-store-helper stargz-store-helper.js
 
-sed -e "s#/usr/local/bin/stargz-store#$BINDIR/stargz-store#g" \
-  -e "s#/etc/stargz-store/config.toml#$CONFDIR/config.toml#g" \
-  systemd/stargz-store.service >"$UNITDIR/.stargz-store.service.tmp"
+# Every path in the unit: program, config, state root, mountpoint, socket (the last three share
+# /var/lib/stargz-store in the shipped unit).
+rewrite() {
+  sed -e "s#/usr/local/bin/stargz-store#$BINDIR/stargz-store#g" \
+    -e "s#/etc/stargz-store/config.toml#$CONFDIR/config.toml#g" \
+    -e "s#/var/lib/stargz-store#$STATEDIR#g" "$@"
+}
+rewrite systemd/stargz-store.service >"$UNITDIR/.stargz-store.service.tmp"
 mv -f "$UNITDIR/.stargz-store.service.tmp" "$UNITDIR/stargz-store.service"
 chmod 0644 "$UNITDIR/stargz-store.service"
 
@@ -114,9 +142,12 @@ if [[ ! -e $CONFDIR/config.toml ]]; then
 else
   echo "install.sh: kept existing $CONFDIR/config.toml" >&2
 fi
-install -m 0644 systemd/storage.conf.snippet systemd/registries.conf.snippet systemd/config.toml "$SHAREDIR/"
+install -m 0644 systemd/registries.conf.snippet systemd/config.toml "$SHAREDIR/"
+rewrite systemd/storage.conf.snippet >"$SHAREDIR/storage.conf.snippet"
+chmod 0644 "$SHAREDIR/storage.conf.snippet"
 
 echo "install.sh: installed $BINDIR/stargz-store and $BINDIR/stargz-store-helper (node $("$NODE" --version))" >&2
+echo "install.sh: unit $UNITDIR/stargz-store.service (mountpoint $STATEDIR/store, root $STATEDIR, socket $STATEDIR/store.sock)" >&2
 if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
   if [[ $UNITDIR == /etc/systemd/system || $UNITDIR == /usr/lib/systemd/system || $UNITDIR == /lib/systemd/system ]]; then
     systemctl daemon-reload
@@ -128,7 +159,7 @@ if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
   fi
 else
   echo "install.sh: systemd is not running; nothing started. Run the store by hand:" >&2
-  echo "  $BINDIR/stargz-store --config=$CONFDIR/config.toml /var/lib/stargz-store/store" >&2
+  echo "  $BINDIR/stargz-store --config=$CONFDIR/config.toml --root=$STATEDIR --addr=$STATEDIR/store.sock $STATEDIR/store" >&2
 fi
 cat >&2 <<NEXT
 install.sh: then point Podman/CRI-O at it:

@@ -19,7 +19,7 @@ export interface ChunkCacheOptions {
   minFreeBytes?: number;
   /** Bounds the in-memory index (about 150 bytes per entry). Default 1 000 000 chunks. */
   maxEntries?: number;
-  /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (128 MiB). */
+  /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (32 MiB). */
   memoryBytes?: number;
   /** Minimum interval between statfs calls. Default 1000 ms. */
   statfsIntervalMs?: number;
@@ -124,6 +124,11 @@ export class ChunkCache {
     return cache;
   }
 
+  /** Byte budget of the in-memory LRU (read-ahead keeps its window within it). */
+  get memoryLimit(): number {
+    return this.memory.limit;
+  }
+
   /** Resolves when the start-up scan has finished (tests, status). */
   whenScanned(): Promise<void> {
     return this.scanPromise;
@@ -155,6 +160,10 @@ export class ChunkCache {
       this.index.touch(hex);
       return mem;
     }
+    // A chunk whose disk write is still running (and already left a small memory LRU) is read
+    // back once written, never fetched again.
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) await writing;
     // Before the scan completes the index is partial, so the file may exist unknown to it.
     if (this.scanned && !this.index.has(hex)) {
       this.counters.misses++;

@@ -12,6 +12,11 @@ export class MemoryLru {
     return this.bytes;
   }
 
+  /** The byte budget. */
+  get limit(): number {
+    return this.maxBytes;
+  }
+
   get count(): number {
     return this.map.size;
   }

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { stat } from 'node:fs/promises';
 import { DEFAULT_ROOT } from '../store/config.js';
-import { checkStoreRoot, type StoreCheckResult } from '../store/check.js';
+// The checker (format readers, cache scan) loads when the command runs: CLI start-up stays light.
+import type { StoreCheckResult } from '../store/check.js';
 import { StoreError } from '../util/errors.js';
 import { formatBytes } from './status-command.js';
 import { controlRequest } from '../store/control-socket.js';
@@ -56,6 +57,7 @@ export async function runCheck(o: CheckCommandOptions): Promise<{ code: number; 
   if (st === undefined || !st.isDirectory()) {
     throw new StoreError('E_CONFIG', `--root ${o.root} is not a directory`, { path: o.root });
   }
+  const { checkStoreRoot } = await import('../store/check.js');
   const r = await checkStoreRoot(o.root, { repair: o.repair === true });
   const output = o.json === true ? `${JSON.stringify(r, null, 2)}\n` : formatCheck(r);
   return { code: r.clean ? 0 : 1, output };

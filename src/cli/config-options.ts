@@ -2,16 +2,14 @@ import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { ChunkCacheOptions } from '../cache/index.js';
-import { FetchScheduler } from '../layer/index.js';
-import {
-  defaultAuthFilePaths,
-  defaultCredentialProviders,
-  parseRegistriesConf,
-  type HostsConfig,
-  type MemoryCredentialProvider,
-  type MirrorConfig as RegistryMirror,
-  type RegistryClientOptions,
+import type { SchedulerOptions } from '../layer/index.js';
+import { defaultAuthFilePaths } from '../registry/auth-files.js';
+import type {
+  HostsConfig,
+  MirrorConfig as RegistryMirror,
+  RegistryClientOptions,
 } from '../registry/index.js';
+import { parseRegistriesConf } from '../registry/registries-conf.js';
 import type { StoreConfig, TlsFiles } from '../store/config.js';
 import type { CreateLayerStoreOptions } from '../store/index.js';
 import { StoreError, asStoreError } from '../util/errors.js';
@@ -21,18 +19,19 @@ import { rootLayout } from '../util/root-layout.js';
 /**
  * Where StoreConfig (seconds, Go names) becomes each layer's own options (milliseconds, our names):
  * the registry client, the chunk cache and the layer store. The only place the config is mapped.
+ * Light imports only (types, small parsers): serve-command.ts loads the heavy modules lazily.
  */
 
 /** `[blob]`, `[resolver]`, `[platform]`, `[registry]` -> the registry client. */
 export function registryClientOptions(
   config: StoreConfig,
   hosts: HostsConfig,
-  memory: MemoryCredentialProvider,
+  credentials: RegistryClientOptions['credentials'],
   logger: Logger,
 ): RegistryClientOptions {
   return {
     hosts,
-    credentials: defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
+    credentials,
     platforms: config.platform.platforms,
     retry: {
       maxRetries: config.blob.maxRetries,
@@ -63,7 +62,7 @@ export function chunkCacheOptions(config: StoreConfig, logger: Logger): ChunkCac
 /** `[deadlines]`, TTLs and the prefetch/background keys -> the layer store (the rest is wiring). */
 export function layerStoreOptions(
   config: StoreConfig,
-): Pick<CreateLayerStoreOptions, 'root' | 'deadlines' | 'negativeTtlMs' | 'idleTtlMs' | 'layer'> {
+): Required<Pick<CreateLayerStoreOptions, 'root' | 'deadlines' | 'negativeTtlMs' | 'idleTtlMs' | 'layer'>> {
   return {
     root: config.root,
     deadlines: {
@@ -78,9 +77,17 @@ export function layerStoreOptions(
       prefetch: !config.noprefetch,
       prefetchBytes: config.prefetchSize,
       backgroundFetch: !config.noBackgroundFetch,
-      scheduler: new FetchScheduler({ backgroundConcurrency: config.maxConcurrency }),
       stateDir: rootLayout(config.root).layerState,
     },
+  };
+}
+
+/** `[background]` and `max_concurrency` -> the store-wide fetch scheduler. */
+export function schedulerOptions(config: StoreConfig): SchedulerOptions {
+  return {
+    backgroundConcurrency: config.background.concurrency || config.maxConcurrency,
+    quietMs: config.background.quietMs,
+    bandwidthBytesPerSec: config.background.bandwidthBytesPerSec,
   };
 }
 

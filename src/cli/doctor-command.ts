@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { DEFAULT_ADDR, DEFAULT_CONFIG_PATH, DEFAULT_ROOT } from '../store/config.js';
-import { formatDoctor, runDoctorChecks, type DoctorOptions } from './doctor.js';
+// doctor.ts reaches registries (undici) and reads layers: loaded when the command runs.
+import type { DoctorOptions } from './doctor.js';
 
 /**
  * `stargz-store doctor [--ref REF] [--json]`: one line per check with its fix; exit 0 when nothing
@@ -12,6 +13,7 @@ export const DEFAULT_MOUNTPOINT = '/var/lib/stargz-store/store';
 export async function runDoctor(
   o: DoctorOptions & { json?: boolean },
 ): Promise<{ code: number; output: string }> {
+  const { formatDoctor, runDoctorChecks } = await import('./doctor.js');
   const r = await runDoctorChecks(o);
   const output = o.json === true ? `${JSON.stringify(r, null, 2)}\n` : formatDoctor(r);
   return { code: r.ok ? 0 : 1, output };

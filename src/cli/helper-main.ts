@@ -1,5 +1,6 @@
 import { controlRequest, DEFAULT_CONTROL_SOCKET, parseCredentialMap } from '../store/control-socket.js';
 import { isStoreError } from '../util/errors.js';
+import { versionLine } from './version.js';
 
 /**
  * stargz-store-helper [socket]
@@ -26,6 +27,10 @@ async function readStdin(): Promise<string> {
 
 async function main(argv: string[]): Promise<number> {
   const arg = argv[0];
+  if (arg === '-V' || arg === '--version') {
+    process.stdout.write(`${versionLine().replace(/^stargz-store /, 'stargz-store-helper ')}\n`);
+    return 0;
+  }
   if (arg === '-h' || arg === '--help') {
     process.stdout.write(
       `usage: stargz-store-helper [socket]\n` +

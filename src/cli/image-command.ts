@@ -1,20 +1,7 @@
 import type { Command } from 'commander';
-import { openLayer } from '../format/open-layer.js';
 import { isStoreError } from '../util/errors.js';
-import { createLogger } from '../util/logger.js';
-import {
-  ANNOTATION_STARGZ_TOC,
-  AuthFileProvider,
-  TOC_ANNOTATIONS,
-  RegistryClient,
-  formatPlatform,
-  parsePlatform,
-  parseReference,
-  tocAnnotation,
-  tocOffsetHint,
-  type HostsConfig,
-  type RegistryClientOptions,
-} from '../registry/index.js';
+// The registry client (undici) and the format readers load when a command runs, not at CLI start-up.
+import type { HostsConfig, RegistryClientOptions } from '../registry/index.js';
 
 export type LayerFormatName = 'estargz' | 'zstd:chunked' | 'zstd:chunked-legacy' | 'none';
 
@@ -49,6 +36,20 @@ export interface InspectOptions {
 
 /** Resolve an image and read every layer's footer + TOC through ranges. */
 export async function inspectImage(refString: string, opts: InspectOptions = {}): Promise<InspectResult> {
+  const [
+    { openLayer },
+    {
+      ANNOTATION_STARGZ_TOC,
+      AuthFileProvider,
+      TOC_ANNOTATIONS,
+      RegistryClient,
+      formatPlatform,
+      parsePlatform,
+      parseReference,
+      tocAnnotation,
+      tocOffsetHint,
+    },
+  ] = await Promise.all([import('../format/open-layer.js'), import('../registry/index.js')]);
   const ref = parseReference(refString);
   const hosts: HostsConfig = { ...(opts.client?.hosts ?? {}) };
   for (const h of opts.insecureHosts ?? []) hosts[h] = { ...(hosts[h] ?? {}), insecure: true };
@@ -117,6 +118,7 @@ export function registerImageCommands(program: Command): void {
     )
     .option('--log-level <level>', 'log level on stderr', 'warn')
     .action(async (refString: string, o: { platform?: string; insecureHost: string[]; logLevel: string }) => {
+      const { createLogger } = await import('../util/logger.js');
       const logger = createLogger(o.logLevel);
       const result = await inspectImage(refString, {
         ...(o.platform !== undefined ? { platform: o.platform } : {}),

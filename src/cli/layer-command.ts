@@ -4,13 +4,19 @@
  * message on stderr and exit code 1.
  */
 import { once } from 'node:events';
+import { stat } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { lookupPath, type LayerIndex, type TreeNode } from '../format/model.js';
-import { openLayer } from '../format/open-layer.js';
-import { readFileRange } from '../format/read-file.js';
-import { buildLayerToFile } from '../format/writer/index.js';
+import type { LayerIndex, TreeNode } from '../format/model.js';
+import { isValidDigest } from '../registry/reference.js';
 import { StoreError } from '../util/errors.js';
-import { FileRangeReader } from '../util/range-reader.js';
+import { startProgress } from './progress.js';
+import type { FileRangeReader } from '../util/range-reader.js';
+
+// Format readers and writers (zstd-napi, worker pools) load when a layer command runs, so that
+// `--help` and `--version` do not pay for them.
+const openLayer = async (
+  ...a: Parameters<typeof import('../format/open-layer.js').openLayer>
+): Promise<LayerIndex> => (await import('../format/open-layer.js')).openLayer(...a);
 
 export interface InspectEntry {
   name: string;
@@ -112,6 +118,7 @@ async function writeOut(data: string | Buffer): Promise<void> {
 async function withBlob<T>(blob: string, fn: (reader: FileRangeReader) => Promise<T>): Promise<T> {
   let reader: FileRangeReader;
   try {
+    const { FileRangeReader } = await import('../util/range-reader.js');
     reader = await FileRangeReader.open(blob);
   } catch (err) {
     throw new StoreError('E_IO', `cannot open ${blob}: ${(err as Error).message}`, { path: blob });
@@ -125,6 +132,17 @@ async function withBlob<T>(blob: string, fn: (reader: FileRangeReader) => Promis
 
 interface DigestOption {
   tocDigest?: string;
+}
+
+/** `--toc-digest` must be an `algorithm:hex` digest (e.g. sha256:<64 hex>), checked before any I/O. */
+export function parseTocDigest(value: string): string {
+  if (!isValidDigest(value)) {
+    throw new StoreError(
+      'E_INVALID_ARGUMENT',
+      `--toc-digest must be a digest like sha256:<64 lowercase hex digits>, got '${value}'`,
+    );
+  }
+  return value;
 }
 
 function parseChunkSize(value: string): number {
@@ -143,7 +161,7 @@ export function registerLayerCommands(program: Command): void {
   layer
     .command('inspect <blob>')
     .description('print the layer format, TOC digests and every entry as JSON')
-    .option('--toc-digest <digest>', 'fail unless the TOC has this digest')
+    .option('--toc-digest <digest>', 'fail unless the TOC has this digest', parseTocDigest)
     .action(async (blob: string, opts: DigestOption) => {
       const result = await withBlob(blob, async (reader) => {
         const index = await openLayer(reader, opts.tocDigest ? { expectedTocDigest: opts.tocDigest } : {});
@@ -155,10 +173,14 @@ export function registerLayerCommands(program: Command): void {
   layer
     .command('cat <blob> <path>')
     .description('write the bytes of a regular file to stdout (every chunk verified)')
-    .option('--toc-digest <digest>', 'fail unless the TOC has this digest')
+    .option('--toc-digest <digest>', 'fail unless the TOC has this digest', parseTocDigest)
     .action(async (blob: string, path: string, opts: DigestOption) => {
       await withBlob(blob, async (reader) => {
         const index = await openLayer(reader, opts.tocDigest ? { expectedTocDigest: opts.tocDigest } : {});
+        const [{ lookupPath }, { readFileRange }] = await Promise.all([
+          import('../format/model.js'),
+          import('../format/read-file.js'),
+        ]);
         const node = lookupPath(index, path);
         if (node === undefined)
           throw new StoreError('E_NOT_FOUND', `no such file in layer: ${path}`, { path });
@@ -196,11 +218,27 @@ export function registerLayerCommands(program: Command): void {
             `--format must be estargz or zstd:chunked, got ${opts.format}`,
           );
         }
-        const result = await buildLayerToFile(tar, out, {
-          format: opts.format,
-          ...(opts.chunkSize !== undefined ? { chunkSize: parseChunkSize(opts.chunkSize) } : {}),
-          ...(opts.prioritize.length > 0 ? { prioritize: opts.prioritize } : {}),
-        });
+        const chunkSize = opts.chunkSize !== undefined ? parseChunkSize(opts.chunkSize) : undefined;
+        // On a terminal: bytes written to <out> so far (the writer has no progress hook yet).
+        const progress = startProgress(`layer build ${opts.format}`);
+        const timer = setInterval(() => {
+          void stat(out).then(
+            (st) => progress.update(st.size),
+            () => undefined,
+          );
+        }, 200);
+        let result;
+        try {
+          const { buildLayerToFile } = await import('../format/writer/index.js');
+          result = await buildLayerToFile(tar, out, {
+            format: opts.format,
+            ...(chunkSize !== undefined ? { chunkSize } : {}),
+            ...(opts.prioritize.length > 0 ? { prioritize: opts.prioritize } : {}),
+          });
+        } finally {
+          clearInterval(timer);
+          progress.stop();
+        }
         await writeOut(JSON.stringify(result, null, 2) + '\n');
       },
     );

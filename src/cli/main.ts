@@ -7,9 +7,11 @@ import { registerCheckCommand } from './check-command.js';
 import { registerDoctorCommand } from './doctor-command.js';
 import { registerPinCommands } from './pin-command.js';
 import { isStoreError } from '../util/errors.js';
+import { versionLine } from './version.js';
 
 const program = new Command('stargz-store')
   .description('Lazy-pulling Additional Layer Store for Podman and CRI-O (eStargz, zstd:chunked)')
+  .version(versionLine(), '-V, --version', 'print the version and the Node it runs on')
   .showHelpAfterError()
   .exitOverride();
 

@@ -1,6 +1,8 @@
 import { Command } from 'commander';
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import {
   loadConfig,
   DEFAULT_ADDR,
@@ -9,26 +11,33 @@ import {
   type ConfigFlags,
   type StoreConfig,
 } from '../store/config.js';
-import { startControlSocket, type ControlServer, type CredentialMap } from '../store/control-socket.js';
-import { createLogger, type Logger } from '../util/logger.js';
+import {
+  controlRequest,
+  startControlSocket,
+  type ControlServer,
+  type CredentialMap,
+} from '../store/control-socket.js';
+import type { LogFormat, Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
-import { ChunkCache } from '../cache/index.js';
-import { MemoryCredentialProvider, mergeHostsConfigs, RegistryClient } from '../registry/index.js';
+// Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
+// loaded by buildStore(), so `--help`, `--version` and the other commands start fast.
+import type { BlobStore, ChunkCache } from '../cache/index.js';
+import type { AccessLog } from '../store/index.js';
+import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import {
   chunkCacheOptions,
-  layerStoreOptions,
+  authFilePaths,
   hostsFromStoreConfig,
+  layerStoreOptions,
   readRegistriesConf,
   registryClientOptions,
+  schedulerOptions,
 } from './config-options.js';
-import { AccessLog, createLayerStore, mountStore } from '../store/index.js';
-import { startMetricsServer, type MetricsServer } from '../store/metrics-server.js';
-import { setMetricSources } from '../util/metrics.js';
-import { layerStateCounts } from '../store/metrics-sources.js';
-import { createPinManager } from '../store/pins-deps.js';
-import { checkStoreRoot } from '../store/check.js';
+import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
+import { rootLayout, socketLock } from '../util/root-layout.js';
+import type { MetricsServer } from '../store/metrics-server.js';
 import type { PinManager } from '../store/pins.js';
 
 /**
@@ -73,6 +82,7 @@ interface ServeFlags {
   recordAccesses?: string;
   metricsAddress?: string;
   set?: string[];
+  logFormat?: LogFormat | 'auto';
 }
 
 export function registerServeCommand(program: Command): void {
@@ -83,6 +93,11 @@ export function registerServeCommand(program: Command): void {
     .argument('[mountpoint]', 'where Podman/CRI-O find the store, e.g. /var/lib/stargz-store/store')
     .option('--config <file>', `TOML config (a missing file is fatal unless it is ${DEFAULT_CONFIG_PATH})`)
     .option('--log-level <level>', 'trace, debug, info, warn, error, fatal', 'info')
+    .option(
+      '--log-format <format>',
+      'json (one object per line) or text (readable, coloured); default: text on a terminal, else json',
+      parseLogFormat,
+    )
     .option('--root <dir>', `state root (cache, metadata)`, DEFAULT_ROOT)
     .option('--addr <sock>', `control socket for stargz-store-helper and status`, DEFAULT_ADDR)
     .option(
@@ -100,16 +115,26 @@ export function registerServeCommand(program: Command): void {
       [],
     )
     .action(async (mountpoint: string | undefined, o: ServeFlags) => {
-      const code = await runServe({
-        mountpoint,
-        config: o.config,
-        logLevel: o.logLevel,
-        root: o.root,
-        addr: o.addr,
-        set: o.set,
-        ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
-        ...(o.metricsAddress !== undefined ? { metricsAddress: o.metricsAddress } : {}),
-      });
+      // Before anything is created: `stargz-store stauts` must not mount a store at ./stauts.
+      if (mountpoint !== undefined) {
+        await checkMountpointOperand(
+          mountpoint,
+          program.commands.map((c) => c.name()),
+        );
+      }
+      const code = await runServe(
+        {
+          mountpoint,
+          config: o.config,
+          logLevel: o.logLevel,
+          root: o.root,
+          addr: o.addr,
+          set: o.set,
+          ...(o.recordAccesses !== undefined ? { recordAccesses: o.recordAccesses } : {}),
+          ...(o.metricsAddress !== undefined ? { metricsAddress: o.metricsAddress } : {}),
+        },
+        { logFormat: o.logFormat ?? 'auto' },
+      );
       process.exit(code);
     });
   program.addCommand(serve, { isDefault: true });
@@ -117,6 +142,21 @@ export function registerServeCommand(program: Command): void {
 
 function collect(v: string, prev: string[]): string[] {
   return [...prev, v];
+}
+
+function parseLogFormat(v: string): LogFormat | 'auto' {
+  if (v === 'auto' || v === 'json' || v === 'text') return v;
+  throw new StoreError('E_INVALID_ARGUMENT', `--log-format must be json, text or auto, got '${v}'`);
+}
+
+/**
+ * Lazily detaches whatever FUSE mount is at `mountpoint` (fusermount -u -z, from a child process:
+ * it must not wait on our own FUSE loop). Used when the normal unmount failed or could not run.
+ */
+function lazyUnmount(mountpoint: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    execFile('fusermount', ['-u', '-z', '--', mountpoint], { timeout: 5000 }, (err) => resolve(!err));
+  });
 }
 
 /** Waits until `mountpoint` is a FUSE mount that answers a stat from another process. */
@@ -160,15 +200,22 @@ function statInChild(path: string, timeoutMs: number): Promise<string | undefine
 }
 
 /** Runs the store until a signal; returns the process exit code. Start-up errors are thrown. */
-export async function runServe(flags: ConfigFlags): Promise<number> {
+export async function runServe(
+  flags: ConfigFlags,
+  opts: { logFormat?: LogFormat | 'auto' } = {},
+): Promise<number> {
   // Signals first, so a SIGTERM during start-up still unmounts whatever was mounted.
   const stop = new AbortController();
   let stopSignal: string | undefined;
+  // Set once a mount may exist at the mountpoint (from the mount call on): a hurried exit detaches it.
+  let mountpointToClear: string | undefined;
   const onSignal = (sig: NodeJS.Signals): void => {
     if (stopSignal !== undefined) {
-      // Second signal while stopping: the operator insists.
+      // Second signal while stopping: the operator insists. Exit now, but never leave a dead mount.
       process.stderr.write(`stargz-store: ${sig} again while stopping; exiting now\n`);
-      process.exit(1);
+      if (mountpointToClear === undefined) process.exit(1);
+      void lazyUnmount(mountpointToClear).finally(() => process.exit(1));
+      return;
     }
     stopSignal = sig;
     stop.abort();
@@ -177,22 +224,15 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
   process.on('SIGTERM', onSignal);
 
   const { config, warnings, notes } = await loadConfig(flags);
-  const logger = createLogger(config.logLevel);
+  const { createLogger } = await import('../util/logger.js'); // pino: not needed by other commands
+  const logger = createLogger(config.logLevel, opts.logFormat ?? 'json');
   for (const w of warnings) logger.warn({ file: config.configFile }, w);
   for (const n of notes) logger.debug({ file: config.configFile }, n);
-  logger.info(
-    {
-      mountpoint: config.mountpoint,
-      root: config.root,
-      addr: config.addr,
-      config: config.configFile ?? '(defaults)',
-    },
-    'stargz-store starting',
-  );
 
   let built: BuiltStore | undefined;
   let mounted: { unmount(): Promise<void> } | undefined;
   let control: ControlServer | undefined;
+  const locks: InstanceLock[] = [];
   let metricsServer: MetricsServer | undefined;
   const startedAt = new Date().toISOString();
 
@@ -212,17 +252,48 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
         logger.error({ err: asStoreError(err), mountpoint: config.mountpoint }, 'unmount failed');
       }
     }
+    // A mount call that failed or was interrupted may still have left a FUSE mount; so may a failed
+    // unmount. We hold the root lock, so a FUSE mount at our mountpoint is ours: detach it.
+    if (mountpointToClear !== undefined && (await isFuseMount(mountpointToClear))) {
+      const ok = await lazyUnmount(mountpointToClear);
+      logger.warn({ mountpoint: mountpointToClear, ok }, 'detached the FUSE mount (fusermount -u -z)');
+    }
+    mountpointToClear = undefined;
     if (built) await built.close().catch((err: unknown) => logger.warn({ err }, 'closing the store failed'));
+    for (const l of locks.splice(0).reverse()) await l.release();
     return code;
   };
 
   try {
     await mkdir(config.root, { recursive: true, mode: 0o700 });
+    // One store per root and per socket, decided before anything is touched: a second store must
+    // neither clear the first one's mount as "stale" nor replace its control socket.
+    locks.push(await acquireInstanceLock(rootLayout(config.root).instanceLock, `root ${config.root}`));
+    await mkdir(dirname(config.addr), { recursive: true, mode: 0o700 });
+    locks.push(await acquireInstanceLock(socketLock(config.addr), `control socket ${config.addr}`));
+    await refuseLiveSocket(config.addr);
+    await checkMountpointKind(config.mountpoint);
+    // Logged once the operator's usual mistakes (busy root or socket, bad mountpoint) are ruled out, so
+    // those fail with their one line alone.
+    logger.info(
+      {
+        mountpoint: config.mountpoint,
+        root: config.root,
+        addr: config.addr,
+        config: config.configFile ?? '(defaults)',
+      },
+      'stargz-store starting',
+    );
     // (mountStore clears a stale mount left by a crashed store and creates the mountpoint)
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
     built = await buildStore(config, logger);
-    if (config.metricsAddress !== '') metricsServer = await startMetricsServer(config.metricsAddress, logger);
+    if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
+    mountpointToClear = config.mountpoint;
+    if (config.metricsAddress !== '') {
+      const { startMetricsServer } = await import('../store/metrics-server.js'); // prom-client
+      metricsServer = await startMetricsServer(config.metricsAddress, logger);
+    }
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 
@@ -233,7 +304,12 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
         addCredentials: (map) => store.addCredentials(map),
         ...(store.pins ? { pins: store.pins } : {}),
         // one chunk at a time: the store keeps serving while it checks
-        check: (repair) => checkStoreRoot(config.root, { repair, running: true, concurrency: 1 }),
+        check: async (repair) =>
+          (await import('../store/check.js')).checkStoreRoot(config.root, {
+            repair,
+            running: true,
+            concurrency: 1,
+          }),
         status: () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,
@@ -268,7 +344,8 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
     return await finish(cleanup, logger, stopSignal);
   } catch (err) {
     const e = asStoreError(err);
-    logger.error({ err: e }, 'start-up failed');
+    // main.ts prints the one-line reason; the structured record (with the stack) is for debugging.
+    logger.debug({ err: e }, 'start-up failed');
     await cleanup();
     await flush(logger);
     // Anything still holding the loop (sockets, FUSE thread) must not keep a failed store alive.
@@ -278,6 +355,25 @@ export async function runServe(flags: ConfigFlags): Promise<number> {
 }
 
 const UNMOUNT_TIMEOUT_MS = 20_000;
+
+/** A control socket that answers belongs to a running store (maybe one without our lock file). */
+async function refuseLiveSocket(addr: string): Promise<void> {
+  if (!existsSync(addr)) return;
+  let pid: unknown;
+  try {
+    const resp = await controlRequest(addr, { op: 'status' }, { timeoutMs: 2000 });
+    pid = (resp.status as { pid?: unknown } | undefined)?.pid;
+  } catch (err) {
+    const errno = asStoreError(err).context.errno;
+    if (errno === 'ECONNREFUSED' || errno === 'ENOENT') return; // nobody listens: stale, replaced later
+    pid = undefined; // something answered (slowly or oddly): still not ours to take
+  }
+  throw new StoreError(
+    'E_INVALID_ARGUMENT',
+    `another stargz-store${typeof pid === 'number' ? ` (pid ${pid})` : ''} answers on control socket ${addr}; stop it first`,
+    { path: addr },
+  );
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -322,26 +418,60 @@ export interface BuiltStore {
 
 /** Registry client, chunk cache and layer store, built from the config. */
 export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
+  const [
+    { BlobStore, ChunkCache, chunkCacheBudget },
+    { FetchScheduler },
+    { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
+    { AccessLog, createLayerStore, mountStore },
+    { createPinManager },
+    { setMetricSources },
+    { layerStateCounts },
+    { readLayerToc },
+  ] = await Promise.all([
+    import('../cache/index.js'),
+    import('../layer/index.js'),
+    import('../registry/index.js'),
+    import('../store/index.js'),
+    import('../store/pins-deps.js'),
+    import('../util/metrics.js'),
+    import('../store/metrics-sources.js'),
+    import('../format/open-layer.js'),
+  ]);
   const hosts = mergeHostsConfigs(
     hostsFromStoreConfig(config),
     await readRegistriesConf(config.registry.registriesConf, logger),
   );
   const memory = new MemoryCredentialProvider();
-  const registry = new RegistryClient(registryClientOptions(config, hosts, memory, logger));
+  const registry = new RegistryClient(
+    registryClientOptions(
+      config,
+      hosts,
+      defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
+      logger,
+    ),
+  );
   let cache: ChunkCache | undefined;
+  let blobs: BlobStore | undefined;
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
     cache = await ChunkCache.open(chunkCacheOptions(config, logger));
+    // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
+    blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
+    const tuning = layerStoreOptions(config);
     const store = createLayerStore({
-      ...layerStoreOptions(config),
+      ...tuning,
       registry,
       cache,
+      blobs,
       credentials: memory,
       logger,
       ...(accessLog ? { accessLog } : {}),
+      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
+      layer: { ...tuning.layer, scheduler: new FetchScheduler(schedulerOptions(config)) },
     });
     const c = cache;
+    const b = blobs;
     const pins = createPinManager({ root: config.root, registry, store, logger });
     // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
     await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
@@ -360,12 +490,14 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       close: async () => {
         await pins.close();
         await store.close();
+        await b.close();
         await c.close();
         await registry.close();
       },
     };
   } catch (err) {
     await accessLog?.close();
+    await blobs?.close();
     await cache?.close();
     await registry.close();
     throw err;

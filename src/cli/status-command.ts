@@ -68,7 +68,25 @@ function oneLine(s: string | null | undefined, max: number, trunc: boolean): str
   return trunc && flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
 }
 
-/** Plain-text table, columns padded to their widest cell. */
+/**
+ * Layers the store declines by design (no TOC, not a layer of the image, a media type it does not
+ * serve): Podman pulls them normally, so they are a state, not an error. Matched on the resolver's
+ * NotLazyError reasons.
+ */
+const BY_DESIGN: readonly [RegExp, string][] = [
+  [/no TOC digest annotation|plain gzip\/zstd layer/, 'not lazy (no TOC): pulled normally'],
+  [/^unsupported layer media type/, 'not lazy (media type): pulled normally'],
+];
+
+function lazyCell(l: LayerStatusRow, trunc: boolean): { lazy: string; byDesign: boolean } {
+  if (l.lazy === true) return { lazy: 'yes', byDesign: false };
+  if (l.lazy !== false) return { lazy: '-', byDesign: false };
+  for (const [re, label] of BY_DESIGN)
+    if (l.reason !== undefined && re.test(l.reason)) return { lazy: label, byDesign: true };
+  return { lazy: `no (${oneLine(l.reason, 40, trunc)})`, byDesign: false };
+}
+
+/** Plain-text table, columns padded to their widest cell (so cells never run into each other). */
 export function formatStatusTable(status: StoreStatus, opts: { trunc?: boolean } = {}): string {
   const trunc = opts.trunc ?? true;
   const head: string[] = [];
@@ -83,7 +101,9 @@ export function formatStatusTable(status: StoreStatus, opts: { trunc?: boolean }
     ['REF', 'DIGEST', 'FORMAT', 'LAZY', 'FETCHED', 'PERCENT', 'VERIFIED', 'REFS', 'LAST ERROR'],
   ];
   for (const l of status.layers) {
-    const lazy = l.lazy === true ? 'yes' : l.lazy === false ? `no (${oneLine(l.reason, 40, trunc)})` : '-';
+    const { lazy, byDesign } = lazyCell(l, trunc);
+    // The resolver records a declined layer's reason as its last error too; it is not one.
+    const lastError = byDesign && l.lastError === l.reason ? undefined : l.lastError;
     const fetched =
       l.totalBytes !== undefined
         ? `${formatBytes(l.bytesFetched)}/${formatBytes(l.totalBytes)}`
@@ -97,7 +117,7 @@ export function formatStatusTable(status: StoreStatus, opts: { trunc?: boolean }
       l.percent !== undefined && Number.isFinite(l.percent) ? `${l.percent.toFixed(1)}%` : '-',
       l.verified === true ? 'yes' : l.verified === false ? 'no' : '-',
       l.refs !== undefined ? String(l.refs) : '-',
-      oneLine(l.lastError, 60, trunc),
+      oneLine(lastError, 60, trunc),
     ]);
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));

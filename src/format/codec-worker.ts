@@ -50,7 +50,10 @@ function zstdPrefix(src, need) {
 // small files, a long run of header-only entries, or a bomb) the bounded stream below takes over;
 // so it does for big needs, where a failed synchronous attempt would waste as much again.
 const GZIP_SLACK = 256 * 1024;
-const GZIP_STEP = 256 * 1024;
+// Each output step is a fresh buffer that lives until the next GC, and Node 24 collects them later
+// than Node 20 did: a 70 MiB need grew RSS by 134 MiB at 256 KiB steps, by ~100 MiB at 16 KiB
+// (zlib's default), for about the same inflate time.
+const GZIP_STEP = 16 * 1024;
 const SYNC_NEED_LIMIT = 16 << 20;
 
 function gunzipSpanSync(src, need) {

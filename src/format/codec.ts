@@ -13,7 +13,8 @@ import type { Chunk, Compression } from './model.js';
  */
 
 export const DEFAULT_CODEC_WORKERS = 2;
-const MAX_LENGTH = bufferConstants.MAX_LENGTH;
+// Node >= 22 lets a Buffer reach 2^53-1 bytes; materialising more than 4 GiB of zeros is never sane.
+const MAX_LENGTH = Math.min(bufferConstants.MAX_LENGTH, 2 ** 32);
 
 let pool: CodecPool | undefined;
 let configuredSize = DEFAULT_CODEC_WORKERS;

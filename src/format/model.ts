@@ -85,6 +85,8 @@ export interface LayerIndex {
   tocJsonDigest: string;
   /** zstd:chunked only: sha256 of the compressed manifest bytes. */
   manifestChecksum?: string;
+  /** zstd:chunked (current flavour): the TOC's `tarSplitDigest` (sha256 of the compressed tar-split). */
+  tarSplitDigest?: string;
   root: TreeNode;
   /** All nodes indexed by id (index 0 unused). */
   nodes: TreeNode[];

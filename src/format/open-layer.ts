@@ -1,31 +1,30 @@
 /**
- * Open a lazy layer blob: detect the format from its footer, fetch and verify the TOC, and
- * return the normalised tree model. Reads the footer, then the TOC (or, with a TOC offset
- * hint, everything from the hint to the end in a single read).
+ * Open a lazy layer blob: detect the format from its footer, fetch the TOC, read it into the
+ * normalised tree model (toc-reader.ts) and verify it. Reads the footer, then the TOC (or, with
+ * a TOC offset hint, everything from the hint to the end in a single read).
  */
-import { asStoreError, DigestMismatchError, StoreError } from '../util/errors.js';
+import { asStoreError, StoreError } from '../util/errors.js';
 import type { RangeReader } from '../util/range-reader.js';
 import { EXTERNAL_TOC_FOOTER_SIZE, findEStargzFooter } from './estargz/footer.js';
-import { extractTocJson, locateTocJson, type TocJsonLocation } from './estargz/toc-member.js';
-import type { LayerFormat, LayerIndex } from './model.js';
-import { sha256Async } from './codec.js';
-import { parsePreparedToc } from './toc.js';
-import { OFF_THREAD_MEMBER_THRESHOLD, prepareEStargzTocOffThread, prepareToc } from './toc-worker.js';
-import { buildTree } from './toc-tree.js';
+import type { LayerIndex } from './model.js';
+import { readToc, type TocBytes } from './toc-reader.js';
+import type { UnverifiedToc } from './unverified-toc.js';
 import {
   detectZstdFooter,
   isSkippableHeader,
   parseZstdFooter,
   SKIPPABLE_HEADER_SIZE,
 } from './zstdchunked/footer.js';
-import { decompressManifest } from './zstdchunked/manifest.js';
 
 export interface OpenLayerOptions {
-  /** TOC digest the caller trusts (ALS key): may be tocDigest or tocJsonDigest. */
+  /**
+   * TOC digest the caller trusts (ALS key): may be tocDigest or tocJsonDigest. Without it the
+   * index is returned unverified: only for tools inspecting a blob the user named.
+   */
   expectedTocDigest?: string;
   /** Largest TOC accepted, compressed and uncompressed (default 64 MiB). */
   maxTocBytes?: number;
-  /** Most TOC entries accepted, chunk entries included (default 4 000 000). */
+  /** Most TOC entries accepted, chunk entries included (default 1 000 000). */
   maxEntries?: number;
   /** Where the TOC probably starts (e.g. from `manifest-position`): read [hint, end) at once. */
   tocOffsetHint?: number;
@@ -33,21 +32,15 @@ export interface OpenLayerOptions {
 }
 
 export const DEFAULT_MAX_TOC_BYTES = 64 * 1024 * 1024;
-export const DEFAULT_MAX_ENTRIES = 4_000_000;
+/**
+ * 500k entries (a big distro image) open in well under the budget; past 1M the tree alone
+ * needs hundreds of MB, and such a layer is better pulled normally.
+ */
+export const DEFAULT_MAX_ENTRIES = 1_000_000;
 /** Enough for every footer kind (72 bytes for current zstd:chunked). */
 const TAIL_BYTES = 72;
 /** Extra room for a hinted read: zstd:chunked also stores tar-split between manifest and footer. */
 const HINT_SLACK = 16 * 1024 * 1024;
-
-interface TocBytes {
-  format: LayerFormat;
-  tocOffset: number;
-  dataEnd: number;
-  /** The TOC JSON, or (big eStargz TOCs) the member with the JSON's location, for the worker. */
-  json: Buffer | { member: Buffer; location: TocJsonLocation };
-  /** zstd:chunked: the compressed manifest bytes. */
-  compressed?: Buffer;
-}
 
 /** Reads through a cached tail buffer so the footer/TOC bytes already fetched are reused. */
 class TailCache {
@@ -85,7 +78,14 @@ async function readBlob(
   }
 }
 
+/** Footer + TOC -> verified index (with expectedTocDigest), the one TOC digest check. */
 export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}): Promise<LayerIndex> {
+  const toc = await readLayerToc(reader, opts);
+  return opts.expectedTocDigest !== undefined ? toc.verify(opts.expectedTocDigest) : toc.trustUnverified();
+}
+
+/** Footer + TOC -> an index that is not usable until verified. */
+export async function readLayerToc(reader: RangeReader, opts: OpenLayerOptions = {}): Promise<UnverifiedToc> {
   const maxTocBytes = opts.maxTocBytes ?? DEFAULT_MAX_TOC_BYTES;
   const maxEntries = opts.maxEntries ?? DEFAULT_MAX_ENTRIES;
   const signal = opts.signal;
@@ -108,40 +108,12 @@ export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}
     const footerArea = tail.subarray(Math.max(0, tail.length - TAIL_BYTES));
 
     const toc = detectZstdFooter(footerArea)
-      ? await readZstdToc(cache, footerArea, blobSize, maxTocBytes, signal)
-      : await readEStargzToc(cache, footerArea, blobSize, maxTocBytes, signal);
-
-    // big TOCs: inflating, hashing and JSON.parse happen on a worker thread (toc-worker.ts)
-    const prepareOpts = { maxEntries, ...(signal ? { signal } : {}) };
-    const prepared = Buffer.isBuffer(toc.json)
-      ? await prepareToc(toc.json, prepareOpts)
-      : await prepareEStargzTocOffThread(toc.json.member, toc.json.location, prepareOpts);
-    const tocJsonDigest = prepared.jsonDigest;
-    const manifestChecksum = toc.compressed !== undefined ? await sha256Async(toc.compressed) : undefined;
-    const tocDigest = manifestChecksum ?? tocJsonDigest;
-    const expected = opts.expectedTocDigest;
-    if (expected !== undefined && expected !== tocDigest && expected !== tocJsonDigest) {
-      throw new DigestMismatchError('toc', expected, tocDigest, { tocJsonDigest });
-    }
-    signal?.throwIfAborted();
-
-    const parsed = await parsePreparedToc(prepared, { maxEntries });
-    signal?.throwIfAborted();
-    const tree = await buildTree(parsed.entries, { dataEnd: toc.dataEnd });
-    const index: LayerIndex = {
-      format: toc.format,
-      compression: toc.format === 'estargz' ? 'gzip' : 'zstd',
-      blobSize,
-      tocOffset: toc.tocOffset,
-      tocDigest,
-      tocJsonDigest,
-      root: tree.root,
-      nodes: tree.nodes,
-      prefetch: tree.prefetch,
-      dataEnd: toc.dataEnd,
-    };
-    if (manifestChecksum !== undefined) index.manifestChecksum = manifestChecksum;
-    return index;
+      ? await readZstdToc(cache, footerArea, blobSize, maxTocBytes)
+      : await readEStargzToc(cache, footerArea, blobSize, maxTocBytes);
+    const readOpts: Parameters<typeof readToc>[1] = { maxEntries, maxTocBytes };
+    if (opts.expectedTocDigest !== undefined) readOpts.expectedTocDigest = opts.expectedTocDigest;
+    if (signal !== undefined) readOpts.signal = signal;
+    return await readToc(toc, readOpts);
   } catch (err) {
     if (err instanceof StoreError) throw err;
     if (signal?.aborted) throw new StoreError('E_ABORTED', 'openLayer aborted', {}, { cause: err });
@@ -155,7 +127,6 @@ async function readEStargzToc(
   footerArea: Buffer,
   blobSize: number,
   maxTocBytes: number,
-  signal: AbortSignal | undefined,
 ): Promise<TocBytes> {
   const { tocOffset, footerSize } = await findEStargzFooter(footerArea);
   const footerStart = blobSize - footerSize;
@@ -172,13 +143,7 @@ async function readEStargzToc(
     });
   }
   const member = await cache.read(tocOffset, tocSize);
-  const opts = { maxTocBytes, ...(signal ? { signal } : {}) };
-  // A big member is only located here (its first tar headers); the worker does the rest.
-  const json =
-    member.length < OFF_THREAD_MEMBER_THRESHOLD
-      ? await extractTocJson(member, opts)
-      : { member, location: await locateTocJson(member, opts) };
-  return { format: 'estargz', tocOffset, dataEnd: tocOffset, json };
+  return { format: 'estargz', blobSize, tocOffset, dataEnd: tocOffset, member };
 }
 
 async function readZstdToc(
@@ -186,7 +151,6 @@ async function readZstdToc(
   footerArea: Buffer,
   blobSize: number,
   maxTocBytes: number,
-  signal: AbortSignal | undefined,
 ): Promise<TocBytes> {
   const footer = parseZstdFooter(footerArea, blobSize);
   const { manifestOffset, manifestLength, manifestUncompressedLength } = footer;
@@ -207,7 +171,6 @@ async function readZstdToc(
     });
   }
   const compressed = framed.subarray(SKIPPABLE_HEADER_SIZE);
-  const json = await decompressManifest(compressed, manifestUncompressedLength, signal);
   // data ends where the first metadata frame (manifest or tar-split) begins
   let dataEnd = frameStart;
   if (footer.tarSplit !== undefined && footer.tarSplit.length > 0) {
@@ -215,9 +178,9 @@ async function readZstdToc(
   }
   return {
     format: footer.flavour === 'current' ? 'zstd:chunked' : 'zstd:chunked-legacy',
+    blobSize,
     tocOffset: manifestOffset,
     dataEnd,
-    json,
-    compressed,
+    manifest: { compressed, uncompressedLength: manifestUncompressedLength },
   };
 }

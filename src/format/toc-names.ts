@@ -20,9 +20,12 @@ export function cleanEntryName(name: string, context: { entry?: number } = {}): 
       name: printable(name),
     });
   }
-  // Fast path: most names are already clean ('a/b.txt'); only split the others.
+  // Fast path: most names are clean ('a/b.txt') or only carry the tar-style './' prefix and
+  // a directory's trailing '/' ('./etc/', './etc/passwd'); only split the others.
   let clean = name;
-  if (NEEDS_CLEANING.test(name)) {
+  if (clean.startsWith('./')) clean = clean.slice(2);
+  if (clean.endsWith('/')) clean = clean.slice(0, -1);
+  if (NEEDS_CLEANING.test(clean)) {
     const parts: string[] = [];
     for (const part of name.split('/')) {
       if (part === '' || part === '.') continue;

@@ -58,10 +58,28 @@ function convertModTime(text: string): number {
   return Number.isFinite(seconds) && seconds > GO_ZERO_TIME ? seconds : 0;
 }
 
-function newNode(type: NodeType, path: string): TreeNode {
+/**
+ * Shared, immutable defaults: most nodes have no xattrs and (not being regular files) no chunks,
+ * and a Map per node costs ~100 bytes -- 50 MB for a 500k-entry TOC.
+ */
+class ReadonlyXattrs extends Map<string, Buffer> {
+  override set(): this {
+    throw new TypeError('the shared empty xattrs map is read-only');
+  }
+  override delete(): boolean {
+    throw new TypeError('the shared empty xattrs map is read-only');
+  }
+  override clear(): void {
+    throw new TypeError('the shared empty xattrs map is read-only');
+  }
+}
+export const NO_XATTRS: Map<string, Buffer> = new ReadonlyXattrs();
+const NO_CHUNKS: Chunk[] = Object.freeze([]) as unknown as Chunk[];
+
+function newNode(type: NodeType, path: string, name: string): TreeNode {
   const node: TreeNode = {
     id: 0,
-    name: splitParent(path)[1],
+    name,
     path,
     type,
     mode: type === 'dir' ? 0o755 : 0,
@@ -72,27 +90,26 @@ function newNode(type: NodeType, path: string): TreeNode {
     linkName: '',
     devMajor: 0,
     devMinor: 0,
-    xattrs: new Map(),
-    chunks: [],
+    xattrs: NO_XATTRS,
+    chunks: NO_CHUNKS,
     nlink: 1,
+    // declared up front (as undefined) so every node has one shape with all fields in-object
+    uname: undefined,
+    gname: undefined,
+    digest: undefined,
+    children: undefined,
   };
   if (type === 'dir') node.children = new Map();
   return node;
 }
 
 function bad(
-  e: TocEntry | undefined,
+  e: Pick<TocEntry, 'index' | 'name'> | undefined,
   message: string,
   extra: Record<string, string | number> = {},
 ): StoreError {
   const where = e === undefined ? '' : `TOC entry ${e.index} (${JSON.stringify(e.name).slice(0, 120)}): `;
   return new StoreError('E_BAD_TOC', where + message, { ...(e ? { entry: e.index } : {}), ...extra });
-}
-
-interface RegFile {
-  node: TreeNode;
-  /** The reg entry followed by its chunk entries, in TOC order. */
-  entries: TocEntry[];
 }
 
 interface PendingLink {
@@ -105,107 +122,182 @@ interface PendingLink {
   resolving?: boolean;
 }
 
+/** A regular file whose chunk entries are still arriving. */
+interface OpenFile {
+  node: TreeNode;
+  reg: TocEntry;
+  /** The reg entry followed by its chunk entries, in TOC order. */
+  entries: TocEntry[];
+}
+
 /**
- * Build the tree. Throws E_BAD_TOC / E_HOSTILE_PATH on anything inconsistent. Long loops give
- * the event loop a turn every few milliseconds (big TOCs take seconds to normalise).
+ * Chunks whose compressed span ends at the next data member (stargz style), finished in
+ * finish(). Kept as flat lists (chunk, TOC index, node for messages): holding each TocEntry
+ * until the end would keep the whole TOC alive.
  */
-export async function buildTree(entries: readonly TocEntry[], limits: TreeLimits): Promise<BuiltTree> {
-  const created: TreeNode[] = [];
-  const make = (type: NodeType, path: string): TreeNode => {
-    const node = newNode(type, path);
-    created.push(node);
+interface OpenSpans {
+  chunks: Chunk[];
+  entries: number[];
+  nodes: TreeNode[];
+}
+
+/**
+ * Builds the tree one entry at a time, so a TOC never has to exist as a list of entries: a
+ * regular file's chunks become Chunk objects as soon as its last chunk entry has been seen, and
+ * only what needs the whole TOC (stargz-style span ends, hardlinks, link counts, ids) waits for
+ * finish(). Throws E_BAD_TOC / E_HOSTILE_PATH on anything inconsistent.
+ */
+export class TreeBuilder {
+  private readonly created: TreeNode[] = [];
+  private readonly root: TreeNode;
+  private readonly dirs = new Map<string, TreeNode>();
+  private readonly pending: PendingLink[] = [];
+  private readonly unames = new Map<number, string>();
+  private readonly gnames = new Map<number, string>();
+  private open: OpenFile | undefined;
+  /** Start offsets of data members/frames, for stargz-style span ends. */
+  private starts = new Float64Array(1024);
+  private startCount = 0;
+  private startsSorted = true;
+  private readonly spans: OpenSpans = { chunks: [], entries: [], nodes: [] };
+
+  constructor(private readonly limits: TreeLimits) {
+    this.root = this.make('dir', '', '');
+    this.dirs.set('', this.root);
+  }
+
+  private make(type: NodeType, path: string, name: string): TreeNode {
+    const node = newNode(type, path, name);
+    this.created.push(node);
     return node;
-  };
-  const root = make('dir', '');
-  const dirs = new Map<string, TreeNode>([['', root]]);
-  const regFiles: RegFile[] = [];
-  const pending: PendingLink[] = [];
-  const unames = new Map<number, string>();
-  const gnames = new Map<number, string>();
+  }
 
   /** Directory at `path`, creating implicit 0755 parents. */
-  const ensureDir = (path: string, e: TocEntry): TreeNode => {
-    const known = dirs.get(path);
+  private ensureDir(path: string, e: TocEntry): TreeNode {
+    const known = this.dirs.get(path);
     if (known !== undefined) return known;
     const [dir, base] = splitParent(path);
-    const parent = ensureDir(dir, e);
+    const parent = this.ensureDir(dir, e);
     const existing = parent.children!.get(base);
     if (existing !== undefined) {
       // dirs are always in `dirs`, so anything found here is not a directory
       throw bad(e, `parent ${JSON.stringify(path)} is not a directory`);
     }
-    const node = make('dir', path);
+    const node = this.make('dir', path, base);
     parent.children!.set(base, node);
-    dirs.set(path, node);
+    this.dirs.set(path, node);
     return node;
-  };
+  }
 
-  const slicer = new Slicer();
-  let lastReg: RegFile | undefined;
-  for (let i = 0; i < entries.length; i++) {
-    if ((i & 255) === 255) await slicer.tick();
-    const e = entries[i]!;
-    if (e.type === 'chunk') {
-      if (lastReg === undefined) throw bad(e, 'chunk entry does not follow a regular file');
-      lastReg.entries.push(e);
-      continue;
+  private addStart(e: TocEntry): void {
+    if ((e.type === 'reg' && e.size > 0) || e.type === 'chunk') {
+      if (e.innerOffset === 0 && e.chunkType !== 'zeros') {
+        if (this.startCount === this.starts.length) {
+          const bigger = new Float64Array(this.starts.length * 2);
+          bigger.set(this.starts);
+          this.starts = bigger;
+        }
+        if (this.startCount > 0 && e.offset < this.starts[this.startCount - 1]!) this.startsSorted = false;
+        this.starts[this.startCount++] = e.offset;
+      }
     }
-    lastReg = undefined;
+  }
+
+  add(e: TocEntry): void {
+    this.addStart(e);
+    if (e.type === 'chunk') {
+      if (this.open === undefined) throw bad(e, 'chunk entry does not follow a regular file');
+      this.open.entries.push(e);
+      return;
+    }
+    this.closeFile();
     const path = cleanEntryName(e.name, { entry: e.index });
     if (e.linkName.includes('\0')) {
       throw new StoreError('E_HOSTILE_PATH', 'TOC link name contains a NUL byte', { entry: e.index });
     }
     // uname/gname: written once per id by the Go writer; later entries inherit (spec §1.4)
-    if (e.userName !== undefined) unames.set(e.uid, e.userName);
-    if (e.groupName !== undefined) gnames.set(e.gid, e.groupName);
+    if (e.userName !== undefined) this.unames.set(e.uid, e.userName);
+    if (e.groupName !== undefined) this.gnames.set(e.gid, e.groupName);
     if (path === '') {
       if (e.type !== 'dir') throw bad(e, 'the root entry must be a directory');
-      applyMeta(root, e, unames, gnames);
-      continue;
+      applyMeta(this.root, e, this.unames, this.gnames);
+      return;
     }
     const [dir, base] = splitParent(path);
-    const parent = ensureDir(dir, e);
+    const parent = this.ensureDir(dir, e);
     if (e.type === 'hardlink') {
       const target = cleanEntryName(e.linkName, { entry: e.index });
       if (target === '') throw bad(e, 'hardlink to the root');
-      pending.push({ entry: e, path, parent, base, target });
-      continue;
+      this.pending.push({ entry: e, path, parent, base, target });
+      return;
     }
     const existing = parent.children!.get(base);
     if (existing?.type === 'dir') {
       if (e.type !== 'dir') throw bad(e, 'a non-directory entry replaces a directory');
-      applyMeta(existing, e, unames, gnames); // explicit entry for an implicit (or repeated) dir
-      continue;
+      applyMeta(existing, e, this.unames, this.gnames); // explicit entry for an implicit (or repeated) dir
+      return;
     }
     // A repeated non-directory name: the last entry wins, as in a tar extraction.
-    const node = make(e.type, path);
-    applyMeta(node, e, unames, gnames);
+    const node = this.make(e.type, path, base);
+    applyMeta(node, e, this.unames, this.gnames);
     parent.children!.set(base, node);
-    if (e.type === 'dir') dirs.set(path, node);
-    if (e.type === 'reg') {
-      lastReg = { node, entries: [e] };
-      regFiles.push(lastReg);
+    if (e.type === 'dir') this.dirs.set(path, node);
+    if (e.type === 'reg') this.open = { node, reg: e, entries: [e] };
+  }
+
+  /** The open file's entries are complete: turn them into chunks. */
+  private closeFile(): void {
+    const file = this.open;
+    if (file === undefined) return;
+    this.open = undefined;
+    file.node.chunks = buildChunks(file, this.limits, this.spans);
+  }
+
+  async finish(slicer: Slicer): Promise<BuiltTree> {
+    this.closeFile();
+    resolveHardlinks(this.root, this.pending);
+    // stargz style: a span ends where the next data member starts (or at dataEnd)
+    const starts = this.starts.subarray(0, this.startCount + 1);
+    starts[this.startCount] = this.limits.dataEnd;
+    if (!this.startsSorted || this.limits.dataEnd < (starts[this.startCount - 1] ?? 0)) starts.sort();
+    const spans = this.spans;
+    for (let i = 0; i < spans.chunks.length; i++) {
+      if ((i & 1023) === 1023) await slicer.tick();
+      const chunk = spans.chunks[i]!;
+      const end = nextStart(starts, chunk.compressedOffset);
+      if (end === undefined || end > this.limits.dataEnd || end <= chunk.compressedOffset) {
+        const node = spans.nodes[i]!;
+        checkSpan({ index: spans.entries[i]!, name: node.path }, chunk.compressedOffset, end, this.limits);
+      }
+      chunk.compressedEnd = end!;
     }
+    spans.chunks = [];
+    spans.entries = [];
+    spans.nodes = [];
+    const { root, created } = this;
+    await assignLinkCounts(root, created, slicer);
+    const nodes: TreeNode[] = [];
+    let id = 0;
+    for (let i = 0; i < created.length; i++) {
+      if ((i & 4095) === 4095) await slicer.tick();
+      const node = created[i]!;
+      if (node.nlink === 0) continue; // unreachable
+      node.id = ++id;
+      nodes[id] = node;
+    }
+    return { root, nodes, prefetch: prefetchHint(root) };
   }
+}
 
-  resolveHardlinks(root, pending);
-
-  const memberStarts = dataMemberStarts(entries, limits.dataEnd);
-  for (let i = 0; i < regFiles.length; i++) {
+/** Build the tree from a list of entries (tests and small TOCs). */
+export async function buildTree(entries: readonly TocEntry[], limits: TreeLimits): Promise<BuiltTree> {
+  const builder = new TreeBuilder(limits);
+  const slicer = new Slicer();
+  for (let i = 0; i < entries.length; i++) {
     if ((i & 255) === 255) await slicer.tick();
-    const file = regFiles[i]!;
-    file.node.chunks = buildChunks(file, memberStarts, limits);
+    builder.add(entries[i]!);
   }
-
-  assignLinkCounts(root, created);
-  const nodes: TreeNode[] = [];
-  let id = 0;
-  for (const node of created) {
-    if (node.nlink === 0) continue; // unreachable
-    node.id = ++id;
-    nodes[id] = node;
-  }
-  return { root, nodes, prefetch: prefetchHint(root) };
+  return await builder.finish(slicer);
 }
 
 function applyMeta(
@@ -229,8 +321,12 @@ function applyMeta(
     node.devMajor = e.devMajor;
     node.devMinor = e.devMinor;
   }
-  node.xattrs = new Map();
-  for (const [k, v] of Object.entries(e.xattrs ?? {})) node.xattrs.set(k, Buffer.from(v, 'base64'));
+  const xattrs = e.xattrs === undefined ? [] : Object.entries(e.xattrs);
+  if (xattrs.length === 0) node.xattrs = NO_XATTRS;
+  else {
+    node.xattrs = new Map();
+    for (const [k, v] of xattrs) node.xattrs.set(k, Buffer.from(v, 'base64'));
+  }
   if (node.type === 'reg' && e.digest !== undefined) node.digest = e.digest;
 }
 
@@ -284,28 +380,6 @@ function resolveHardlinks(root: TreeNode, pending: PendingLink[]): void {
   for (const link of pending) resolve(link);
 }
 
-/**
- * Sorted start offsets of the data members/frames (stargz-style spans end at the next one),
- * plus dataEnd. Entries with innerOffset share a member and do not start one.
- */
-function dataMemberStarts(entries: readonly TocEntry[], dataEnd: number): Float64Array {
-  const starts: number[] = [];
-  let sorted = true;
-  for (const e of entries) {
-    if ((e.type === 'reg' && e.size > 0) || e.type === 'chunk') {
-      if (e.innerOffset === 0 && e.chunkType !== 'zeros') {
-        if (starts.length > 0 && e.offset < starts[starts.length - 1]!) sorted = false;
-        starts.push(e.offset);
-      }
-    }
-  }
-  starts.push(dataEnd);
-  // writers emit offsets in ascending order; sort (numerically) only when they did not
-  const out = Float64Array.from(starts);
-  if (!sorted || dataEnd < (starts[starts.length - 2] ?? 0)) out.sort();
-  return out;
-}
-
 /** Smallest value in sorted `starts` strictly greater than `offset` (duplicates allowed). */
 function nextStart(starts: Float64Array, offset: number): number | undefined {
   let lo = 0;
@@ -318,11 +392,36 @@ function nextStart(starts: Float64Array, offset: number): number | undefined {
   return starts[lo];
 }
 
-function buildChunks(file: RegFile, memberStarts: Float64Array, limits: TreeLimits): Chunk[] {
-  const [reg, ...rest] = file.entries as [TocEntry, ...TocEntry[]];
+function checkSpan(
+  e: Pick<TocEntry, 'index' | 'name'>,
+  compressedOffset: number,
+  end: number | undefined,
+  limits: TreeLimits,
+): void {
+  if (
+    end === undefined ||
+    compressedOffset >= limits.dataEnd ||
+    end > limits.dataEnd ||
+    end <= compressedOffset
+  ) {
+    throw bad(
+      e,
+      `compressed span [${compressedOffset}, ${end}) is outside the data region [0, ${limits.dataEnd})`,
+      { offset: compressedOffset },
+    );
+  }
+}
+
+/**
+ * The chunks of one regular file. containers/storage-style spans (endOffset) are complete here;
+ * stargz-style ones end at the next data member, known only once the whole TOC has been read:
+ * they are listed in `spans` and finished by TreeBuilder.finish().
+ */
+function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans): Chunk[] {
+  const reg = file.reg;
   const size = reg.size;
   if (size === 0) {
-    if (rest.length > 0) throw bad(reg, 'empty file with chunk entries');
+    if (file.entries.length > 1) throw bad(reg, 'empty file with chunk entries');
     return [];
   }
   // containers/storage style: endOffset on the reg entry bounds the file's frames
@@ -361,35 +460,31 @@ function buildChunks(file: RegFile, memberStarts: Float64Array, limits: TreeLimi
     let compressedEnd: number;
     if (zeros) {
       // no data to fetch; keep the span empty at a sensible position
-      compressedOffset = e.offset > 0 ? e.offset : (chunks[k - 1]?.compressedEnd ?? reg.offset);
+      // (a stargz-style previous chunk has no end yet: its start will do)
+      const prev = chunks[k - 1];
+      compressedOffset =
+        e.offset > 0
+          ? e.offset
+          : prev === undefined
+            ? reg.offset
+            : cstorage
+              ? prev.compressedEnd
+              : prev.compressedOffset;
       compressedEnd = compressedOffset;
       if (compressedOffset > limits.dataEnd) throw bad(e, 'chunk offset beyond the data region');
     } else {
       compressedOffset = e.offset;
-      let end: number | undefined;
       if (cstorage) {
         // each chunk is its own frame(s): it ends where the next chunk (with an offset) starts,
         // the last one at the file's endOffset (on the reg entry); a chunk entry's own
         // endOffset wins if present. Offsets must ascend, or the span is empty and refused.
-        end = k > 0 && e.endOffset !== undefined ? e.endOffset : (nextOffsets![k] ?? reg.endOffset);
+        const end = k > 0 && e.endOffset !== undefined ? e.endOffset : (nextOffsets![k] ?? reg.endOffset);
+        checkSpan(e, compressedOffset, end, limits);
+        compressedEnd = end!;
       } else {
-        end = nextStart(memberStarts, compressedOffset);
+        if (compressedOffset >= limits.dataEnd) checkSpan(e, compressedOffset, undefined, limits);
+        compressedEnd = -1; // set by TreeBuilder.finish()
       }
-      if (
-        end === undefined ||
-        compressedOffset >= limits.dataEnd ||
-        end > limits.dataEnd ||
-        end <= compressedOffset
-      ) {
-        throw bad(
-          e,
-          `compressed span [${compressedOffset}, ${end}) is outside the data region [0, ${limits.dataEnd})`,
-          {
-            offset: compressedOffset,
-          },
-        );
-      }
-      compressedEnd = end;
     }
     const chunk: Chunk = {
       fileOffset,
@@ -400,21 +495,29 @@ function buildChunks(file: RegFile, memberStarts: Float64Array, limits: TreeLimi
       digest,
     };
     if (zeros) chunk.zeros = true;
+    else if (!cstorage) {
+      spans.chunks.push(chunk);
+      spans.entries.push(e.index);
+      spans.nodes.push(file.node);
+    }
     chunks.push(chunk);
     expected = fileOffset + chunkSize;
   }
   if (expected !== size) throw bad(reg, `chunks cover ${expected} of ${size} bytes`);
-  return chunks;
+  // exact-size storage: a pushed-to array keeps room for 17 elements (~150 B per file)
+  return chunks.length === 1 ? [chunks[0]!] : chunks.slice();
 }
 
 /**
  * nlink: dirs 2 + subdirectories; others one per name. Nodes no name points at any more
  * (replaced duplicates) end with nlink 0. Counters live on the nodes: no per-node maps.
  */
-function assignLinkCounts(root: TreeNode, created: readonly TreeNode[]): void {
+async function assignLinkCounts(root: TreeNode, created: readonly TreeNode[], slicer: Slicer): Promise<void> {
   for (const node of created) node.nlink = 0;
   const stack: TreeNode[] = [root];
+  let visited = 0;
   while (stack.length > 0) {
+    if ((++visited & 1023) === 1023) await slicer.tick();
     const dir = stack.pop()!;
     let subdirs = 0;
     for (const child of dir.children!.values()) {

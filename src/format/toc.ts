@@ -1,9 +1,9 @@
 /**
  * TOC JSON parsing (eStargz `stargz.index.json` and both zstd:chunked manifest styles) into
  * typed, validated raw entries. Keys are matched case-insensitively like Go's encoding/json;
- * unknown keys are ignored; `null` means "absent". Normalisation into the tree is toc-tree.ts.
+ * unknown keys are ignored; `null` means "absent". The document is read in pieces by toc-scan.ts;
+ * normalisation into the tree is toc-tree.ts; toc-reader.ts runs the whole pipeline.
  */
-import { createHash } from 'node:crypto';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { StoreError } from '../util/errors.js';
 
@@ -56,7 +56,6 @@ export interface TocEntry {
 
 export interface ParsedToc {
   version?: number;
-  entries: TocEntry[];
   tarSplitDigest?: string;
 }
 
@@ -99,7 +98,7 @@ function bad(index: number, message: string): StoreError {
 /** Largest value accepted for ids/device numbers (32-bit unsigned). */
 const U32_MAX = 0xffffffff;
 
-function parseEntry(raw: unknown, index: number): TocEntry {
+export function parseEntry(raw: unknown, index: number): TocEntry {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw bad(index, 'not an object');
   // One object shape for every entry (absent optionals stay undefined) and no temporaries:
   // TOCs reach millions of entries, so allocation and hidden-class churn matter here.
@@ -160,7 +159,9 @@ function parseEntry(raw: unknown, index: number): TocEntry {
   if (e.chunkType === '') e.chunkType = undefined;
   if (e.endOffset === 0) e.endOffset = undefined;
   if (e.digest !== undefined && !DIGEST_RE.test(e.digest)) throw bad(index, 'digest is not a sha256 digest');
-  if (e.chunkDigest !== undefined && !DIGEST_RE.test(e.chunkDigest)) {
+  // writers repeat the file digest as chunkDigest of a one-chunk file: check and keep it once
+  if (e.chunkDigest !== undefined && e.chunkDigest === e.digest) e.chunkDigest = e.digest;
+  else if (e.chunkDigest !== undefined && !DIGEST_RE.test(e.chunkDigest)) {
     throw bad(index, 'chunkDigest is not a sha256 digest');
   }
   if (e.chunkType !== undefined && e.chunkType !== 'zeros') {
@@ -175,85 +176,11 @@ function parseEntry(raw: unknown, index: number): TocEntry {
   return e;
 }
 
-/**
- * A TOC whose JSON has been parsed at the top level: its digest, the top-level fields and
- * access to each raw entry. Produced inline (small TOCs) or by a worker (toc-worker.ts), so
- * the per-entry work below can run in slices on the main thread.
- */
-export interface PreparedToc {
-  /** sha256 of the JSON bytes. */
-  jsonDigest: string;
-  version: unknown;
-  tarSplitDigest: unknown;
-  /** Raw `entries` value kind: an array, absent/null (= no entries), or something invalid. */
-  entriesKind: 'array' | 'absent' | 'invalid';
-  count: number;
-  /** Raw entry `i` (a fresh JSON value). */
-  entry(i: number): unknown;
-}
-
-/** Top-level keys, matched case-insensitively; the last occurrence wins (Go semantics). */
-export function topLevelFields(doc: object): { entries: unknown; version: unknown; tarSplitDigest: unknown } {
-  let entries: unknown = null;
-  let version: unknown;
-  let tarSplitDigest: unknown;
-  for (const key of Object.keys(doc)) {
-    const value = (doc as Record<string, unknown>)[key];
-    const k = key.toLowerCase();
-    if (k === 'entries') entries = value;
-    else if (k === 'version') version = value;
-    else if (k === 'tarsplitdigest') tarSplitDigest = value;
-  }
-  return { entries, version, tarSplitDigest };
-}
-
-/** JSON.parse + sha256 on the calling thread (fine for small TOCs). */
-export function prepareTocInline(json: Buffer): PreparedToc {
-  const jsonDigest = 'sha256:' + createHash('sha256').update(json).digest('hex');
-  let doc: unknown;
-  try {
-    doc = JSON.parse(json.toString('utf8'));
-  } catch (err) {
-    throw new StoreError('E_BAD_TOC', `TOC is not valid JSON: ${(err as Error).message}`);
-  }
-  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
-    throw new StoreError('E_BAD_TOC', 'TOC is not a JSON object');
-  }
-  const { entries, version, tarSplitDigest } = topLevelFields(doc);
-  const list = Array.isArray(entries) ? (entries as unknown[]) : [];
-  return {
-    jsonDigest,
-    version,
-    tarSplitDigest,
-    entriesKind: Array.isArray(entries)
-      ? 'array'
-      : entries === null || entries === undefined
-        ? 'absent'
-        : 'invalid',
-    count: list.length,
-    entry: (i) => list[i],
-  };
-}
-
-/**
- * Validate a prepared TOC into typed entries. Throws E_BAD_TOC (schema) or
- * E_TOO_MANY_ENTRIES; gives the event loop a turn every few milliseconds.
- */
-export async function parsePreparedToc(
-  prepared: PreparedToc,
-  opts: { maxEntries: number },
-): Promise<ParsedToc> {
-  const { version, tarSplitDigest } = prepared;
-  if (prepared.entriesKind === 'invalid') throw new StoreError('E_BAD_TOC', 'TOC entries is not an array');
-  if (prepared.count > opts.maxEntries) {
-    throw new StoreError(
-      'E_TOO_MANY_ENTRIES',
-      `TOC has ${prepared.count} entries (limit ${opts.maxEntries})`,
-      {
-        limit: opts.maxEntries,
-      },
-    );
-  }
+/** Check the top-level `version` and `tarSplitDigest` values (absent/null allowed). */
+export function checkTopLevel(
+  version: unknown,
+  tarSplitDigest: unknown,
+): Pick<ParsedToc, 'version' | 'tarSplitDigest'> {
   if (
     version !== undefined &&
     version !== null &&
@@ -264,20 +191,8 @@ export async function parsePreparedToc(
   if (tarSplitDigest !== undefined && tarSplitDigest !== null && typeof tarSplitDigest !== 'string') {
     throw new StoreError('E_BAD_TOC', 'TOC tarSplitDigest is not a string');
   }
-  const parsed: TocEntry[] = new Array<TocEntry>(prepared.count);
-  const slicer = new Slicer();
-  for (let i = 0; i < prepared.count; i++) {
-    // checked often: an entry can be KBs of JSON (long names, xattrs, unknown keys)
-    if ((i & 31) === 31) await slicer.tick();
-    parsed[i] = parseEntry(prepared.entry(i), i);
-  }
-  const out: ParsedToc = { entries: parsed };
+  const out: Pick<ParsedToc, 'version' | 'tarSplitDigest'> = {};
   if (typeof version === 'number') out.version = version;
   if (typeof tarSplitDigest === 'string' && tarSplitDigest !== '') out.tarSplitDigest = tarSplitDigest;
   return out;
-}
-
-/** Parse TOC JSON bytes on the calling thread. Throws E_BAD_TOC or E_TOO_MANY_ENTRIES. */
-export async function parseTocJson(json: Buffer, opts: { maxEntries: number }): Promise<ParsedToc> {
-  return await parsePreparedToc(prepareTocInline(json), opts);
 }

@@ -18,6 +18,13 @@ export interface MountOptions {
  * us), no default_permissions (the kernel must not check our 0400/0500 modes), use_ino for stable
  * inode numbers shared by hardlinks, kernel_cache because content is immutable (keep_cache on every
  * open), negative_timeout=0 so an ENOENT is never cached by the kernel.
+ *
+ * Sequential reads: with kernel_cache a re-read is served from the page cache, and attribute
+ * revalidation (attr/entry timeouts) keeps the pages as long as size and mtime stay the same, which
+ * they do (test/integration/fuse-page-cache.test.ts). No direct_io (it would bypass that cache).
+ * No max_read: read requests are capped at 128 KiB anyway (libfuse2 cannot negotiate the kernel's
+ * FUSE_MAX_PAGES, and max_readahead can only lower the kernel's 128 KiB offer), so the store reads
+ * ahead itself (src/layer/read-ahead.ts).
  */
 export function buildMountOptions(opts: MountOptions): string {
   const o: string[] = [];

@@ -2,26 +2,31 @@ import type { ChunkCache } from '../cache/chunk-cache.js';
 import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
-import type { ChunkLoader } from './chunk-loader.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
 import { StreamDigest } from './diffid.js';
+import { InlineStreamDigest } from './diffid-inline.js';
 import type { FetchUnit } from './plan.js';
 import type { FetchScheduler } from './scheduler.js';
+import type { SpanFetcher } from './span-fetcher.js';
 
 export interface BackgroundContext {
   units: readonly FetchUnit[];
-  loader: ChunkLoader;
+  fetcher: SpanFetcher;
   cache: ChunkCache;
   scheduler: FetchScheduler;
   compression: Compression;
   /** Hash the whole decompressed stream (for the DiffID check). */
   hash: boolean;
+  /** Hash in a worker thread (StreamDigest) instead of on this thread (InlineStreamDigest). */
+  hashInWorker?: boolean;
   /** Units of this layer in flight at once (memory bound: about window x unit size). */
   window: number;
   cancel: AbortSignal;
   context: ErrorContext;
-  /** Ask the source to bypass any cache of compressed bytes (the DiffID re-check pass). */
-  fresh?: boolean;
+  /** Fetch from the origin, bypassing local compressed bytes and caches (the DiffID re-check pass). */
+  bypassCache?: boolean;
+  /** Clock time of the layer's last on-demand read (undefined: none): the pass yields to reads. */
+  lastRead(): number | undefined;
   onVerified(chunk: Chunk): void;
   onChunkError(err: unknown): void;
 }
@@ -47,7 +52,11 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
   const stop = new AbortController();
   const onCancel = (): void => stop.abort(ctx.cancel.reason);
   ctx.cancel.addEventListener('abort', onCancel, { once: true });
-  const hasher = ctx.hash ? new StreamDigest(ctx.compression) : undefined;
+  const hasher = !ctx.hash
+    ? undefined
+    : ctx.hashInWorker === true
+      ? new StreamDigest(ctx.compression)
+      : new InlineStreamDigest(ctx.compression);
   let chunkErrors = 0;
   let chain: Promise<void> = Promise.resolve();
   const pending: Array<Promise<void>> = [];
@@ -58,12 +67,18 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
         for (const c of unit.chunks) ctx.onVerified(c);
         continue;
       }
+      // a unit starts only once the layer's files have not been read for the quiet period
+      await ctx.scheduler.layerQuiet(ctx.lastRead, stop.signal);
+      const length = unit.end - unit.offset;
       const fetched = ctx.scheduler.background(async (signal) => {
-        const [buf] = await ctx.loader.readRanges(
-          [{ offset: unit.offset, length: unit.end - unit.offset }],
+        await ctx.scheduler.takeBandwidth(length, signal);
+        // preempted: this unit's request is aborted (unless an on-demand read joined it) and the
+        // unit re-run later; units already received were delivered and are never fetched again
+        const [buf] = await ctx.fetcher.fetch([{ offset: unit.offset, length }], {
+          priority: 'background',
           signal,
-          ctx.fresh === true ? { fresh: true } : undefined,
-        );
+          bypassCache: ctx.bypassCache === true,
+        });
         recordBackgroundBytes(buf!.length);
         chunkErrors += await decodeUnit(ctx, unit, buf!, stop.signal);
         return buf!;

@@ -5,23 +5,32 @@ import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { coalesce, type Span } from './ranges.js';
-import type { BlobSource, ByteRange, FetchOptions } from './types.js';
+import type { Priority, SpanFetcher } from './span-fetcher.js';
 
 export interface LoaderContext {
-  source: BlobSource;
+  fetcher: SpanFetcher;
   cache: ChunkCache;
   compression: Compression;
   blobSize: number;
-  /** Spans closer than this are fetched as one range. */
+  /** On-demand spans closer than this are fetched as one range. */
   maxGap: number;
-  /** Limit for parallel single-range reads when the source has no readRanges. */
-  rangeConcurrency: number;
+  /** Prefetch spans closer than this are fetched as one range (fewer round trips). */
+  prefetchMaxGap: number;
   logger: Logger;
   context: ErrorContext;
-  /** Wraps network work (on-demand priority). */
-  runFetch<T>(fn: () => Promise<T>): Promise<T>;
-  onFetched(bytes: number): void;
+  /** Wraps network work at the given priority (the scheduler's tiers). */
+  runFetch<T>(
+    priority: Exclude<Priority, 'background'>,
+    fn: () => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T>;
   onVerified(chunk: Chunk): void;
+}
+
+/** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
+export interface LoadOptions {
+  priority?: Exclude<Priority, 'background'>;
+  signal?: AbortSignal;
 }
 
 interface Pending {
@@ -75,7 +84,7 @@ export class ChunkLoader {
    * synchronously, and every single-flight entry it registers settles whatever happens.
    * `context` (e.g. the file's path) is added to errors that concern this request alone.
    */
-  load(chunks: readonly Chunk[], context?: ErrorContext): Promise<ChunkBytes[]> {
+  load(chunks: readonly Chunk[], context?: ErrorContext, opts: LoadOptions = {}): Promise<ChunkBytes[]> {
     const results: Array<ChunkBytes | Promise<ChunkBytes>> = [];
     const mine = new Map<string, Pending>();
     try {
@@ -84,7 +93,7 @@ export class ChunkLoader {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
       // Entries registered before anything went wrong still get their fetch (others share them).
-      if (mine.size > 0) void this.resolve([...mine.values()]);
+      if (mine.size > 0) void this.resolve([...mine.values()], opts);
     }
     const all = Promise.all(results);
     // Only the first rejection is reported; later ones must not surface as unhandled.
@@ -157,9 +166,9 @@ export class ChunkLoader {
     });
   }
 
-  private async resolve(entries: Pending[]): Promise<void> {
+  private async resolve(entries: Pending[], opts: LoadOptions): Promise<void> {
     try {
-      await this.resolveEntries(entries);
+      await this.resolveEntries(entries, opts);
     } catch (err) {
       for (const e of entries) if (!e.settled) e.reject(asStoreError(err, 'E_IO', this.ctx.context));
     } finally {
@@ -178,7 +187,8 @@ export class ChunkLoader {
     }
   }
 
-  private async resolveEntries(entries: Pending[]): Promise<void> {
+  private async resolveEntries(entries: Pending[], opts: LoadOptions): Promise<void> {
+    const priority = opts.priority ?? 'on-demand';
     const missing: Pending[] = [];
     await Promise.all(
       entries.map(async (e) => {
@@ -196,14 +206,14 @@ export class ChunkLoader {
     );
     if (missing.length === 0) return;
     try {
-      await this.ctx.runFetch(() => this.fetchAndDecode(missing));
+      await this.ctx.runFetch(priority, () => this.fetchAndDecode(missing, priority), opts.signal);
     } catch (err) {
       for (const e of missing) e.reject(err);
     }
   }
 
   /** One coalesced fetch for all `entries`, then decode + verify + cache each chunk. */
-  async fetchAndDecode(entries: Pending[]): Promise<void> {
+  private async fetchAndDecode(entries: Pending[], priority: Exclude<Priority, 'background'>): Promise<void> {
     const spans = new Map<string, PendingSpan>();
     for (const e of entries) {
       const c = e.chunk;
@@ -226,8 +236,12 @@ export class ChunkLoader {
       s.entries.push(e);
     }
     if (spans.size === 0) return;
-    const ranges = coalesce([...spans.values()], this.ctx.maxGap);
-    const bufs = await this.readRanges(ranges);
+    const gap = priority === 'prefetch' ? this.ctx.prefetchMaxGap : this.ctx.maxGap;
+    const ranges = coalesce([...spans.values()], gap);
+    const bufs = await this.ctx.fetcher.fetch(
+      ranges.map((r) => ({ offset: r.offset, length: r.length })),
+      { priority },
+    );
     const decodes: Array<Promise<void>> = [];
     ranges.forEach((r, i) => {
       const buf = bufs[i]!;
@@ -276,41 +290,5 @@ export class ChunkLoader {
     } catch (err) {
       e.reject(asStoreError(err, 'E_DECOMPRESS', this.ctx.context));
     }
-  }
-
-  /** Read ranges with one multi-range request when the source can, else bounded parallel reads. */
-  async readRanges(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]> {
-    const src = this.ctx.source;
-    let bufs: Buffer[];
-    const plain = ranges.map((r) => ({ offset: r.offset, length: r.length }));
-    if (src.readRanges !== undefined && ranges.length > 1) {
-      bufs = await (opts === undefined ? src.readRanges(plain, signal) : src.readRanges(plain, signal, opts));
-    } else {
-      bufs = new Array<Buffer>(ranges.length);
-      let next = 0;
-      const worker = async (): Promise<void> => {
-        while (next < ranges.length) {
-          const i = next++;
-          const r = plain[i]!;
-          bufs[i] = await (opts === undefined
-            ? src.read(r.offset, r.length, signal)
-            : src.read(r.offset, r.length, signal, opts));
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(this.ctx.rangeConcurrency, ranges.length) }, worker));
-    }
-    let total = 0;
-    for (let i = 0; i < ranges.length; i++) {
-      if (bufs[i]?.length !== ranges[i]!.length) {
-        throw new StoreError('E_TRUNCATED', 'blob source returned a short range', {
-          ...this.ctx.context,
-          offset: ranges[i]!.offset,
-          length: ranges[i]!.length,
-        });
-      }
-      total += ranges[i]!.length;
-    }
-    this.ctx.onFetched(total);
-    return bufs;
   }
 }

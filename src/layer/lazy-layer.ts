@@ -1,18 +1,25 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
+import { isValidDigest } from '../cache/paths.js';
 import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../format/model.js';
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { backgroundPass } from './background.js';
-import { ChunkLoader, ZEROS, type ChunkBytes } from './chunk-loader.js';
+import { asBlobSource } from '../util/blob-read.js';
+import { assemble } from './assemble.js';
+import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
+import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { withDeadline } from './deadline.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
+import { SpanFetcher } from './span-fetcher.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
+import type { RangeReader } from '../util/range-reader.js';
 import type { BlobSource, LayerState, ReadOptions } from './types.js';
 
 export interface LazyLayerOptions {
   index: LayerIndex;
-  source: BlobSource;
+  /** A plain RangeReader is read through the single-read fallback. */
+  source: BlobSource | RangeReader;
   cache: ChunkCache;
   /** Stable id for pins, logs and persisted state (e.g. the blob digest). */
   layerKey: string;
@@ -26,18 +33,38 @@ export interface LazyLayerOptions {
   prefetch?: boolean;
   /** Compressed prefix to prefetch when the layer has no landmark. Default 0. */
   prefetchBytes?: number;
-  /** Compressed bytes per prefetch batch. Default 16 MiB. */
+  /**
+   * Compressed bytes per prefetch batch (two batches in flight). Default 4 MiB: an on-demand read
+   * inside a batch in flight waits for that batch's request to complete, so batches stay small.
+   */
   prefetchBatchBytes?: number;
   /** Fetch the whole layer in the background after the prefetch. Default true. */
   backgroundFetch?: boolean;
-  /** Compressed bytes per background request. Default 8 MiB. */
+  /**
+   * Compressed bytes per background request. Default 2 MiB: a preempted unit loses at most this
+   * much work, and window x unit bounds the pass's memory.
+   */
   backgroundUnitBytes?: number;
   /** Background units of this layer in flight at once. Default 2. */
   backgroundWindow?: number;
-  /** Missing spans closer than this are fetched as one range. Default 4096. */
+  /** Missing spans of an on-demand read closer than this are fetched as one range. Default 4096. */
   maxGap?: number;
-  /** Parallel single-range reads when the source has no readRanges. Default 8. */
-  rangeConcurrency?: number;
+  /** Prefetch spans closer than this are fetched as one range. Default 1 MiB. */
+  prefetchMaxGap?: number;
+  /** Local compressed bytes, asked before the network (the resume store). */
+  localBytes?: LocalCompressedBytes;
+  /** Receives every compressed byte fetched from the network, once (the resume store). */
+  onCompressedBytes?: CompressedBytesSink;
+  /** The layer is fully verified (now or from persisted state): local compressed bytes may go. */
+  onFullyVerified?: () => Promise<void>;
+  /** A re-check from the origin is about to run: local compressed bytes must not be trusted. */
+  beforeRecheck?: () => Promise<void>;
+  /**
+   * Decompress + hash the DiffID stream in a worker thread. Default false: on this thread (gzip
+   * inflates on libuv's pool; measured: a DiffID worker costs 35-40 MiB RSS, the inline hash a
+   * few % of the main thread at the background bandwidth bound).
+   */
+  diffIdWorker?: boolean;
   /** Directory for persisted layer state (DiffID verified); none: nothing persisted. */
   stateDir?: string;
   /** Delay before retrying a failed background pass (multiplied by the attempt). Default 30 s. */
@@ -62,6 +89,9 @@ export class LazyLayer {
   private readonly scheduler: FetchScheduler;
   private readonly logger: Logger;
   private readonly loader: ChunkLoader;
+  private readonly fetcher: SpanFetcher;
+  /** Scheduler-clock time of the last on-demand read (background yields for a quiet period). */
+  private lastReadAt: number | undefined;
   private readonly context: ErrorContext;
   private readonly deadlineMs: number;
   private readonly closing = new AbortController();
@@ -98,19 +128,28 @@ export class LazyLayer {
         blobSize: opts.index.blobSize,
       });
     }
+    this.fetcher = new SpanFetcher({
+      source: asBlobSource(opts.source),
+      blobSize: opts.index.blobSize,
+      localBytes: opts.localBytes,
+      onCompressedBytes: opts.onCompressedBytes,
+      onFetched: (n) => {
+        this.bytesFetched += n;
+      },
+      logger: this.logger,
+      context: this.context,
+    });
     this.loader = new ChunkLoader({
-      source: opts.source,
+      fetcher: this.fetcher,
       cache: opts.cache,
       compression: opts.index.compression,
       blobSize: opts.index.blobSize,
       maxGap: opts.maxGap ?? 4096,
-      rangeConcurrency: opts.rangeConcurrency ?? 8,
+      prefetchMaxGap: opts.prefetchMaxGap ?? 1024 * 1024,
       logger: this.logger,
       context: this.context,
-      runFetch: (fn) => this.scheduler.foreground(fn),
-      onFetched: (n) => {
-        this.bytesFetched += n;
-      },
+      runFetch: (priority, fn, signal) =>
+        priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
       onVerified: (c) => this.markVerified(c),
     });
   }
@@ -130,12 +169,16 @@ export class LazyLayer {
    */
   start(): void {
     if (this.started !== undefined) return;
+    // a layer is started when a client resolves it, just before it reads it: the background
+    // fetch waits a quiet period from here too
+    this.lastReadAt ??= this.scheduler.clock.now();
     this.started = (async () => {
       await this.ensurePlan();
       if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {
         const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
         if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) {
           this.fullyVerified = true;
+          this.releaseLocalBytes();
           if (Number.isSafeInteger(saved.uncompressedSize) && saved.uncompressedSize! >= 0) {
             this.uncompressedSize = saved.uncompressedSize;
           }
@@ -185,6 +228,7 @@ export class LazyLayer {
         length,
       });
     }
+    this.lastReadAt = this.scheduler.clock.now();
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return Buffer.alloc(0);
     const chunks = chunksForRange(node, offset, end - offset);
@@ -203,6 +247,38 @@ export class LazyLayer {
       throw e;
     }
   }
+
+  /**
+   * Make `chunks` verified and cached at `priority` ('prefetch': the preemptible tier below
+   * on-demand reads), sharing every span already in flight. Resolves when done; rejects with the
+   * first chunk error.
+   */
+  async loadChunks(chunks: readonly Chunk[], opts: LoadOptions = {}): Promise<void> {
+    if (this.badError !== undefined) throw this.badError;
+    await this.loader.load(chunks, undefined, opts);
+  }
+
+  // --- read-ahead hook (src/layer/read-ahead.ts); keep this method when reworking the engine ---
+  /**
+   * Load (fetch + verify + cache) the chunks of regular file `node` covering [offset,
+   * offset+length) without returning bytes: read-ahead for a sequential reader, so its next reads
+   * find verified chunks in the cache. Chunks already cached (memory or disk) are skipped; nothing
+   * starts once `signal` is aborted. Rejects like read() (the caller only logs: the reader's own
+   * read reports errors); no deadline, it ends when its fetch does.
+   */
+  async prefetchRange(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void> {
+    if (this.badError !== undefined || signal?.aborted || node.type !== 'reg') return;
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length <= 0) return;
+    const end = Math.min(node.size, offset + length);
+    if (offset >= end) return;
+    const wanted = chunksForRange(node, offset, end - offset).filter(
+      (c) => !c.zeros && !(isValidDigest(c.digest) && this.cache.has(c.digest)),
+    );
+    if (wanted.length === 0) return;
+    // On-demand tier: the reader is about to ask for these bytes; waiting only is cancelled.
+    await this.loader.load(wanted, { path: node.path }, signal === undefined ? {} : { signal });
+  }
+  // --- end read-ahead hook ---
 
   /** A snapshot; cheap and synchronous (chunk totals read 0 until the plan exists). */
   state(): LayerState {
@@ -268,6 +344,20 @@ export class LazyLayer {
     this.verifiedBytes += c.size;
   }
 
+  /** Fully verified: the local compressed copy is no longer needed (its chunks are cached). */
+  private releaseLocalBytes(): void {
+    this.opts
+      .onFullyVerified?.()
+      .catch((err: unknown) => this.recordError(err, 'cannot remove the local blob copy'));
+  }
+
+  /** Before a re-check from the origin: local compressed bytes may be what was bad. */
+  private async forgetLocalBytes(): Promise<void> {
+    await this.opts
+      .beforeRecheck?.()
+      .catch((err: unknown) => this.recordError(err, 'cannot reset the local blob copy'));
+  }
+
   /** Remember an error for state() and log it. Never throws: it is the last line of defence. */
   private recordError(err: unknown, what: string): void {
     const e = asStoreError(err, 'E_IO', this.context);
@@ -289,30 +379,38 @@ export class LazyLayer {
 
   private async runPrefetch(plan: LayerPlan): Promise<void> {
     const end = this.prefetchEnd();
-    const batchBytes = this.opts.prefetchBatchBytes ?? 16 * 1024 * 1024;
+    const batchBytes = this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024;
     const wanted = plan.chunks.filter((c) => c.compressedOffset < end);
     const started = Date.now();
     let batch: Chunk[] = [];
     let batchStart = 0;
     let failed = 0;
+    // two batches in flight: the next request is already on its way when one completes
+    const inFlight: Array<Promise<void>> = [];
     const flush = async (): Promise<void> => {
       if (batch.length === 0) return;
       const b = batch;
       batch = [];
-      try {
-        await this.loader.load(b);
-      } catch (err) {
-        failed++;
-        this.recordError(err, 'prefetch batch failed');
-      }
+      inFlight.push(
+        this.loader.load(b, undefined, { priority: 'prefetch', signal: this.closing.signal }).then(
+          () => undefined,
+          (err: unknown) => {
+            failed++;
+            this.recordError(err, 'prefetch batch failed');
+          },
+        ),
+      );
+      while (inFlight.length >= 2) await inFlight.shift();
     };
     for (const c of wanted) {
-      if (this.closing.signal.aborted) return;
+      if (this.closing.signal.aborted) break;
       if (batch.length > 0 && c.compressedEnd - batchStart > batchBytes) await flush();
       if (batch.length === 0) batchStart = c.compressedOffset;
       batch.push(c);
     }
-    await flush();
+    if (!this.closing.signal.aborted) await flush();
+    await Promise.all(inFlight);
+    if (this.closing.signal.aborted) return;
     this.prefetchDone = true;
     if (wanted.length > 0) {
       this.logger.debug({ chunks: wanted.length, end, failed, ms: Date.now() - started }, 'prefetch done');
@@ -321,7 +419,7 @@ export class LazyLayer {
 
   private async runBackground(plan: LayerPlan): Promise<void> {
     const passes = this.opts.maxBackgroundPasses ?? 3;
-    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 8 * 1024 * 1024);
+    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 2 * 1024 * 1024);
     // A DiffID mismatch is checked once more with freshly fetched bytes before the layer is
     // declared bad: a corrupted cache or proxy on the way must not condemn a good layer.
     let recheck = false;
@@ -332,15 +430,17 @@ export class LazyLayer {
       try {
         const r = await backgroundPass({
           units,
-          loader: this.loader,
+          fetcher: this.fetcher,
+          lastRead: () => this.lastReadAt,
           cache: this.cache,
           scheduler: this.scheduler,
           compression: this.index.compression,
           hash,
+          hashInWorker: this.opts.diffIdWorker === true,
           window: Math.max(1, this.opts.backgroundWindow ?? 2),
           cancel: this.closing.signal,
           context: this.context,
-          ...(recheck ? { fresh: true } : {}),
+          bypassCache: recheck,
           onVerified: (c) => this.markVerified(c),
           onChunkError: (err) => this.recordError(err, 'background chunk verification failed'),
         });
@@ -356,6 +456,7 @@ export class LazyLayer {
           const matched = await this.checkDiffID(r.stream, recheck);
           if (!matched && !recheck) {
             recheck = true;
+            await this.forgetLocalBytes();
             attempt--; // the re-check is not a failed attempt
             continue;
           }
@@ -368,6 +469,13 @@ export class LazyLayer {
       } catch (err) {
         if (this.closing.signal.aborted) return;
         this.recordError(err, `background fetch pass ${attempt} failed`);
+        // bad data (a stream that does not decompress, chunks failing verification) may come from
+        // a bad local copy: the next pass fetches from the origin
+        const code = asStoreError(err, 'E_IO').code;
+        if (code === 'E_DECOMPRESS' || code === 'E_DIGEST_MISMATCH') {
+          recheck = true;
+          await this.forgetLocalBytes();
+        }
         if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
       }
     }
@@ -382,6 +490,7 @@ export class LazyLayer {
     if (stream.digest === expected) {
       this.fullyVerified = true;
       this.uncompressedSize = stream.size;
+      this.releaseLocalBytes();
       if (this.opts.stateDir !== undefined) {
         await saveLayerState(this.opts.stateDir, {
           layerKey: this.layerKey,
@@ -414,52 +523,6 @@ export class LazyLayer {
     this.logger.error({ err: this.badError }, 'layer marked bad');
     return false;
   }
-}
-
-/**
- * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). `ZEROS`
- * entries are zeros chunks: only the requested part of them is ever allocated.
- */
-function assemble(
-  node: TreeNode,
-  chunks: readonly Chunk[],
-  bufs: readonly ChunkBytes[],
-  offset: number,
-  end: number,
-  context: ErrorContext,
-): Buffer {
-  const first = chunks[0];
-  if (
-    chunks.length === 1 &&
-    first !== undefined &&
-    first.fileOffset <= offset &&
-    first.fileOffset + first.size >= end
-  ) {
-    const b = bufs[0];
-    if (b === ZEROS) return Buffer.alloc(end - offset);
-    return b!.subarray(offset - first.fileOffset, end - first.fileOffset);
-  }
-  const out = Buffer.allocUnsafe(end - offset);
-  let pos = offset;
-  for (let i = 0; i < chunks.length; i++) {
-    const c = chunks[i]!;
-    if (c.fileOffset > pos) break;
-    const from = pos - c.fileOffset;
-    const to = Math.min(end, c.fileOffset + c.size) - c.fileOffset;
-    const b = bufs[i];
-    if (b === ZEROS) out.fill(0, pos - offset, pos - offset + (to - from));
-    else b!.copy(out, pos - offset, from, to);
-    pos += to - from;
-  }
-  if (pos !== end || first === undefined || first.fileOffset > offset) {
-    throw new StoreError('E_BAD_TOC', 'file chunks do not cover the requested range', {
-      ...context,
-      path: node.path,
-      offset,
-      end,
-    });
-  }
-  return out;
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,8 +1,20 @@
+import { systemClock, type Clock } from '../util/clock.js';
+
 export interface SchedulerOptions {
   /** Background tasks running at once, across all layers sharing this scheduler. Default 2. */
   backgroundConcurrency?: number;
-  /** Background work waits this long after the last on-demand fetch ended. Default 250 ms. */
+  /**
+   * Background work waits this long after the last on-demand fetch ended (store-wide), and a
+   * layer's background pass this long after the layer's last read. Default 2000 ms.
+   */
   quietMs?: number;
+  /**
+   * Background network bytes per second, store-wide (token bucket; 0 = unlimited). Default
+   * 32 MiB/s: the decompression and hashing behind it then stay well below one core.
+   */
+  bandwidthBytesPerSec?: number;
+  /** Time source (tests inject a ManualClock). Default: performance.now() and real timers. */
+  clock?: Clock;
   /**
    * Background CPU steps (chunk decodes) running at once. Default 1, which leaves the other codec
    * worker free for on-demand reads.
@@ -10,7 +22,8 @@ export interface SchedulerOptions {
   backgroundCpuConcurrency?: number;
   /**
    * Whole-layer DiffID passes hashing at once, across all layers (each holds one worker thread
-   * and a decompressor for its whole pass). Default 2.
+   * and a decompressor for its whole pass, measured at 35-40 MiB RSS). Default 2 (a pass
+   * holds its slot while its layer is being read, so one slot could starve the other layers).
    */
   hashConcurrency?: number;
 }
@@ -42,13 +55,20 @@ export class Preempted extends Error {
  */
 export class FetchScheduler {
   private readonly concurrency: number;
-  private readonly quietMs: number;
+  readonly quietMs: number;
+  readonly clock: Clock;
+  private readonly bandwidth: number;
+  /** Pacing: the clock time from which the next background bytes may start. */
+  private nextSendAt = 0;
   private foregroundCount = 0;
   private lastForegroundEnd = 0;
   private readonly running = new Set<AbortController>();
   private waiters: Array<() => void> = [];
-  private timer: NodeJS.Timeout | undefined;
+  private timerArmed = false;
   private preemptions = 0;
+  private everForeground = false;
+  /** On-demand fetches in flight (foregroundCount also counts prefetch batches). */
+  private onDemandCount = 0;
   private readonly cpuConcurrency: number;
   private cpuRunning = 0;
   private readonly hashConcurrency: number;
@@ -57,7 +77,9 @@ export class FetchScheduler {
 
   constructor(opts: SchedulerOptions = {}) {
     this.concurrency = Math.max(1, opts.backgroundConcurrency ?? 2);
-    this.quietMs = Math.max(0, opts.quietMs ?? 250);
+    this.quietMs = Math.max(0, opts.quietMs ?? 2000);
+    this.clock = opts.clock ?? systemClock;
+    this.bandwidth = Math.max(0, opts.bandwidthBytesPerSec ?? 32 * 1024 * 1024);
     this.cpuConcurrency = Math.max(1, opts.backgroundCpuConcurrency ?? 1);
     this.hashConcurrency = Math.max(1, opts.hashConcurrency ?? 2);
   }
@@ -103,14 +125,36 @@ export class FetchScheduler {
     }
   }
 
+  /** Run an on-demand fetch now; running background tasks are preempted. */
   async foreground<T>(fn: () => Promise<T>): Promise<T> {
+    this.onDemandCount++;
+    try {
+      return await this.claimForeground(fn);
+    } finally {
+      this.onDemandCount--;
+      this.wake();
+    }
+  }
+
+  /**
+   * The prefetch tier: above background (which it preempts and holds back), below on-demand
+   * reads: a prefetch batch starts only while no on-demand fetch is in flight. A running batch is
+   * not aborted (its bytes are wanted soon, and on-demand reads of the same span join it).
+   */
+  async prefetch<T>(fn: () => Promise<T>, cancel?: AbortSignal): Promise<T> {
+    while (this.onDemandCount > 0) await this.waitUntil(() => this.onDemandCount === 0, cancel);
+    return await this.claimForeground(fn);
+  }
+
+  private async claimForeground<T>(fn: () => Promise<T>): Promise<T> {
     this.foregroundCount++;
+    this.everForeground = true;
     for (const ac of this.running) ac.abort(new Preempted());
     try {
       return await fn();
     } finally {
       this.foregroundCount--;
-      this.lastForegroundEnd = performance.now();
+      this.lastForegroundEnd = this.clock.now();
       this.wake();
     }
   }
@@ -153,7 +197,9 @@ export class FetchScheduler {
   }
 
   private quietLeft(): number {
-    return this.lastForegroundEnd + this.quietMs - performance.now();
+    // nothing ended yet: no quiet period to wait for
+    if (!this.everForeground) return 0;
+    return this.lastForegroundEnd + this.quietMs - this.clock.now();
   }
 
   private canStart(): boolean {
@@ -196,14 +242,41 @@ export class FetchScheduler {
 
   /** Wake waiters when the quiet period ends (nothing else would). */
   private armTimer(): void {
-    if (this.timer !== undefined || this.foregroundCount > 0) return;
+    if (this.timerArmed || this.foregroundCount > 0) return;
     const left = this.quietLeft();
     if (left <= 0) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
+    this.timerArmed = true;
+    void this.clock.sleep(left).then(() => {
+      this.timerArmed = false;
       this.wake();
-    }, left + 1);
-    this.timer.unref();
+    });
+  }
+
+  /**
+   * Background bytes pacing (token bucket without burst): resolves when `bytes` more may be
+   * fetched under the store-wide bandwidth bound. Time is the injected clock's.
+   */
+  async takeBandwidth(bytes: number, cancel?: AbortSignal): Promise<void> {
+    if (this.bandwidth <= 0 || bytes <= 0) return;
+    const now = this.clock.now();
+    const start = Math.max(now, this.nextSendAt);
+    this.nextSendAt = start + (bytes * 1000) / this.bandwidth;
+    if (start > now) await this.clock.sleep(start - now, cancel);
+  }
+
+  /**
+   * Resolves once `lastRead()` (a layer's last on-demand read, clock time; undefined: none yet)
+   * lies `quietMs` in the past: a layer's background pass yields while its files are being read.
+   */
+  async layerQuiet(lastRead: () => number | undefined, cancel?: AbortSignal): Promise<void> {
+    for (;;) {
+      if (cancel?.aborted) throw cancel.reason;
+      const last = lastRead();
+      if (last === undefined) return;
+      const left = last + this.quietMs - this.clock.now();
+      if (left <= 0) return;
+      await this.clock.sleep(left, cancel);
+    }
   }
 
   private wake(): void {

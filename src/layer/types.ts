@@ -1,29 +1,14 @@
+import type { BlobRangeSource, ByteRange, ReadRangesOptions } from '../util/blob-read.js';
 import type { RangeReader } from '../util/range-reader.js';
 
-export interface ByteRange {
-  offset: number;
-  length: number;
-}
+export type { ByteRange, ReadRangesOptions };
 
 /**
- * Where a layer's compressed bytes come from: a registry blob reader, a local file, a test
- * buffer. `readRanges` (multi-range request) is optional; without it each range is read alone.
+ * Where a layer's compressed bytes come from: the blob-read contract (util/blob-read.ts: registry
+ * blob reader, local file, test buffer). LazyLayer also takes a plain RangeReader, read through
+ * the single-read fallback.
  */
-export interface BlobSource extends RangeReader {
-  /**
-   * One buffer per range, same order, each exactly `length` bytes; or a StoreError. With
-   * `opts.fresh` the bytes should come from the origin, not from a cache of compressed bytes
-   * (sources without such a cache ignore it).
-   */
-  readRanges?(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]>;
-  /** `read` receives the same optional third argument. */
-  read(offset: number, length: number, signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer>;
-}
-
-export interface FetchOptions {
-  /** Bypass any cache of compressed bytes (re-check after a DiffID mismatch). */
-  fresh?: boolean;
-}
+export interface BlobSource extends RangeReader, BlobRangeSource {}
 
 export interface ReadOptions {
   signal?: AbortSignal;

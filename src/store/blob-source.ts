@@ -1,17 +1,15 @@
 import { raceSignal } from '../registry/signals.js';
+import {
+  asBlobSource,
+  type BlobRangeSource,
+  type ByteRange,
+  type ReadRangesOptions,
+} from '../util/blob-read.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { checkRange, type RangeReader } from '../util/range-reader.js';
 
-/** A RangeReader that may also fetch several ranges in one go (the registry blob reader does). */
-export interface MultiRangeReader extends RangeReader {
-  readRanges?(
-    ranges: ReadonlyArray<{ offset: number; length: number }>,
-    signal?: AbortSignal,
-  ): Promise<Buffer[]>;
-}
-
-/** Parallel single reads when the opened reader cannot fetch several ranges at once. */
-const FALLBACK_CONCURRENCY = 8;
+/** A RangeReader that may also implement the blob-read contract (the registry blob reader does). */
+export type MultiRangeReader = RangeReader & Partial<BlobRangeSource>;
 
 /**
  * A registry blob whose size is already known (from the saved record or the manifest), opened only
@@ -19,7 +17,7 @@ const FALLBACK_CONCURRENCY = 8;
  * and a failed open (registry down, credentials gone) is retried by the next read instead of being
  * remembered.
  */
-export class LazyBlob implements MultiRangeReader {
+export class LazyBlob implements RangeReader, BlobRangeSource {
   private opening: Promise<MultiRangeReader> | undefined;
   private opened: MultiRangeReader | undefined;
 
@@ -68,24 +66,11 @@ export class LazyBlob implements MultiRangeReader {
     return await (await this.reader(signal)).read(offset, length, signal);
   }
 
-  async readRanges(
-    ranges: ReadonlyArray<{ offset: number; length: number }>,
-    signal?: AbortSignal,
-  ): Promise<Buffer[]> {
+  /** The blob-read contract; `bypassCache` travels to the opened reader. */
+  async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
-    const inner = await this.reader(signal);
-    if (inner.readRanges) return await inner.readRanges(ranges, signal);
-    // a reader without multi-range support: a few single reads at a time
-    const out = new Array<Buffer>(ranges.length);
-    let next = 0;
-    const worker = async () => {
-      while (next < ranges.length) {
-        const i = next++;
-        out[i] = await inner.read(ranges[i]!.offset, ranges[i]!.length, signal);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(FALLBACK_CONCURRENCY, ranges.length) }, worker));
-    return out;
+    const inner = asBlobSource(await this.reader(opts.signal));
+    return await inner.readRanges(ranges, opts);
   }
 }
 

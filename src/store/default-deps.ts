@@ -1,10 +1,12 @@
+import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { openLayer } from '../format/open-layer.js';
+import { readLayerToc } from '../format/open-layer.js';
 import { LazyLayer, type LazyLayerOptions } from '../layer/lazy-layer.js';
 import type { CreateLayerFn, LazyLayerLike, OpenLayerFn } from './deps.js';
+import { LocalBlobBinding } from './local-blob-binding.js';
 
-/** The real format reader. */
-export const defaultOpenLayer: OpenLayerFn = (reader, opts) => openLayer(reader, opts);
+/** The real format reader (its result still has to be verified). */
+export const defaultOpenLayer: OpenLayerFn = (reader, opts) => readLayerToc(reader, opts);
 
 /** LazyLayer options the store lets its caller tune (prefetch, background fetch, deadlines ...). */
 export type LayerTuning = Omit<
@@ -12,8 +14,16 @@ export type LayerTuning = Omit<
   'index' | 'source' | 'cache' | 'layerKey' | 'expectedDiffID' | 'logger'
 >;
 
-/** LazyLayer over the shared chunk cache; the blob digest keys pins and persisted layer state. */
-export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): CreateLayerFn {
+/**
+ * LazyLayer over the shared chunk cache; the blob digest keys pins and persisted layer state. With
+ * `blobs`, each layer keeps the compressed bytes it receives locally until it is fully verified, so
+ * a restart resumes instead of fetching again (docs/architecture.md, "State on disk").
+ */
+export function lazyLayerFactory(
+  cache: ChunkCache,
+  tuning: LayerTuning = {},
+  blobs?: BlobStore,
+): CreateLayerFn {
   return (args) => {
     const opts: LazyLayerOptions = {
       ...tuning,
@@ -24,11 +34,19 @@ export function lazyLayerFactory(cache: ChunkCache, tuning: LayerTuning = {}): C
       logger: args.logger,
     };
     if (args.diffId !== undefined) opts.expectedDiffID = args.diffId;
+    if (blobs !== undefined) {
+      const local = new LocalBlobBinding(blobs, args.blobDigest, args.index.blobSize, args.logger);
+      opts.localBytes = local;
+      opts.onCompressedBytes = local.onCompressedBytes;
+      opts.onFullyVerified = () => local.discard();
+      opts.beforeRecheck = () => local.invalidate();
+    }
     const layer = new LazyLayer(opts);
     const like: LazyLayerLike = {
       read: (node, offset, length, o) =>
         layer.read(node, offset, length, o.signal ? { signal: o.signal } : {}),
       start: () => layer.start(),
+      prefetchRange: (node, offset, length, signal) => layer.prefetchRange(node, offset, length, signal),
       state: () => {
         const s = layer.state();
         const out: ReturnType<LazyLayerLike['state']> = {

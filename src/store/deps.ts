@@ -4,6 +4,7 @@
  * binds them to the real implementations.
  */
 import type { LayerIndex, TreeNode } from '../format/model.js';
+import type { UnverifiedToc } from '../format/unverified-toc.js';
 import type { FoundLayer, LayerDescriptor } from '../registry/client.js';
 import type { RangeReader } from '../util/range-reader.js';
 import type { Logger } from '../util/logger.js';
@@ -32,13 +33,17 @@ export interface StoreRegistry {
 }
 
 export interface OpenLayerOptions {
+  /** Only to report "not the promised TOC" rather than a parse error; verification is the caller's. */
   expectedTocDigest?: string;
   tocOffsetHint?: number;
   signal?: AbortSignal;
 }
 
-/** Parse footer + TOC of a blob into the shared tree model (format/open-layer.ts). */
-export type OpenLayerFn = (reader: RangeReader, opts: OpenLayerOptions) => Promise<LayerIndex>;
+/**
+ * Read footer + TOC of a blob into the shared tree model (format/open-layer.ts readLayerToc). The
+ * result is usable only through `verify(tocDigest)`: the resolver's one TOC digest check.
+ */
+export type OpenLayerFn = (reader: RangeReader, opts: OpenLayerOptions) => Promise<UnverifiedToc>;
 
 export interface LazyLayerState {
   bytesFetched: number;
@@ -56,6 +61,8 @@ export interface LazyLayerLike {
   read(node: TreeNode, offset: number, length: number, opts: { signal?: AbortSignal }): Promise<Buffer>;
   /** Start prefetch and background fetch. */
   start?(): void;
+  /** Fetch + verify + cache the chunks of a file range, no bytes returned (sequential read-ahead). */
+  prefetchRange?(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void>;
   state(): LazyLayerState;
   close(): Promise<void> | void;
   /** Pinned image sets: keep every chunk out of eviction until unpin(). */

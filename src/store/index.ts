@@ -14,8 +14,10 @@
  *   `unmountPath(path)`.
  */
 import { mkdir } from 'node:fs/promises';
+import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { mountVirtualFs } from '../fs/fuse-adapter.js';
+import { DEFAULT_READ_AHEAD, fitToMemory } from '../layer/read-ahead.js';
 import { clearStaleMount } from '../fs/mount-util.js';
 import { RegistryClient } from '../registry/client.js';
 import { StoreError } from '../util/errors.js';
@@ -64,6 +66,8 @@ export interface CreateLayerStoreOptions extends Omit<
   registry: RegistryClient | StoreRegistry;
   /** Chunk cache shared by all layers (required unless `createLayer` is given). */
   cache?: ChunkCache;
+  /** Local copies of compressed blobs until their layers are verified (restart-resume); optional. */
+  blobs?: BlobStore;
   /** LazyLayer tuning: prefetch/background sizes, stateDir ... (read deadline: `deadlines.readMs` unless set here). */
   layer?: LayerTuning;
   /** Test seams. */
@@ -73,18 +77,31 @@ export interface CreateLayerStoreOptions extends Omit<
 
 /** Build the store (no mount yet). */
 export function createLayerStore(opts: CreateLayerStoreOptions): LayerStore {
-  const { cache, layer, ...rest } = opts;
+  const { cache, layer, blobs, ...rest } = opts;
   const registry = opts.registry instanceof RegistryClient ? storeRegistryFrom(opts.registry) : opts.registry;
   let createLayer = opts.createLayer;
   if (!createLayer) {
     if (!cache) throw new StoreError('E_CONFIG', 'createLayerStore needs a chunk cache');
     // one read budget: the layer's own deadline is the store's readMs (below the FUSE limit)
-    createLayer = lazyLayerFactory(cache, {
-      deadlineMs: opts.deadlines?.readMs ?? DEFAULT_DEADLINES.readMs,
-      ...layer,
-    });
+    createLayer = lazyLayerFactory(
+      cache,
+      {
+        deadlineMs: opts.deadlines?.readMs ?? DEFAULT_DEADLINES.readMs,
+        ...layer,
+      },
+      blobs,
+    );
   }
-  return new LayerStore({ ...rest, registry, openLayer: opts.openLayer ?? defaultOpenLayer, createLayer });
+  // read-ahead by default, its window within the chunk cache's memory budget
+  const readAhead =
+    opts.readAhead ?? (cache ? fitToMemory(DEFAULT_READ_AHEAD, cache.memoryLimit) : undefined);
+  return new LayerStore({
+    ...rest,
+    registry,
+    openLayer: opts.openLayer ?? defaultOpenLayer,
+    createLayer,
+    ...(readAhead !== undefined ? { readAhead } : {}),
+  });
 }
 
 export interface MountStoreOptions {

@@ -1,3 +1,4 @@
+import type { ReadAheadPolicy } from '../layer/read-ahead.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import type { VirtualFs } from '../fs/vfs.js';
 import type { AccessLog } from './access-log.js';
@@ -60,6 +61,8 @@ export interface LayerStoreOptions {
   resolveTimeoutMs?: number;
   /** Start prefetch + background fetch when a layer resolves (default true). */
   startLayers?: boolean;
+  /** Sequential read-ahead per open file (src/layer/read-ahead.ts); false turns it off. */
+  readAhead?: Partial<ReadAheadPolicy> | false;
   /** Record first opens of diff files (`[debug] record_accesses`); the store closes (flushes) it in close(). */
   accessLog?: AccessLog;
 }
@@ -114,6 +117,7 @@ export class LayerStore {
       deadlines,
       this.log,
       o.accessLog,
+      o.readAhead,
     );
   }
 

@@ -24,7 +24,7 @@ export interface LayerRecord {
   diffId: string;
   /**
    * Uncompressed tar size and where the number comes from: the uncompressed-size annotation, a
-   * full fetch, the tar-split (current zstd:chunked), or an estimate from the TOC (see tar-size.ts).
+   * full fetch, the tar-split (current zstd:chunked), or an estimate from the TOC (see format/tar-size.ts).
    */
   diffSize: number;
   diffSizeSource: 'annotation' | 'measured' | 'tar-split' | 'toc-estimate';

@@ -15,8 +15,8 @@ import { DiffView } from './diff-view.js';
 import { syntheticIno, type InoAllocator } from './ino.js';
 import type { MetaStore } from './meta-store.js';
 import { buildInfo, type LayerRecord } from './record.js';
-import { tarSizeFromTarSplit } from './tar-split-size.js';
-import { tocTarSize } from './tar-size.js';
+import { tarSizeFromTarSplit } from '../format/zstdchunked/tar-split-size.js';
+import { tocTarSize } from '../format/tar-size.js';
 
 /** One opened blob, shared by every `(ref, digest)` name that points at it (whatever the ref). */
 export interface LayerHandle {
@@ -478,7 +478,8 @@ export class LayerResolver {
       }
       // closed while we waited: open it again
       if (slot.closed) continue;
-      // shared blob opened under another name: still check this name's TOC digest and size
+      // shared blob opened under another name: this name's digest must name the same, already
+      // verified TOC (a comparison with the digests computed once, not another hash)
       if (!tocMatches(h.index, spec.tocDigest)) {
         throw new StoreError('E_TOC_DIGEST_MISMATCH', 'TOC does not match the digest the image names', {
           ref: spec.ref,
@@ -566,12 +567,11 @@ export class LayerResolver {
     });
     if (saved) {
       try {
-        const index = await this.o.openLayer(new TailReader(blob, saved.start, saved.bytes), {
+        const toc = await this.o.openLayer(new TailReader(blob, saved.start, saved.bytes), {
           expectedTocDigest: spec.tocDigest,
           signal,
         });
-        if (tocMatches(index, spec.tocDigest)) return index;
-        this.o.logger.warn(ctx, 'saved TOC does not match the expected digest; reading it again');
+        return toc.verify(spec.tocDigest);
       } catch (err) {
         if (signal.aborted) throw err;
         this.o.logger.warn({ ...ctx, err }, 'saved TOC cannot be used; reading it again');
@@ -583,14 +583,8 @@ export class LayerResolver {
       signal,
     };
     if (spec.tocOffsetHint !== undefined) opts.tocOffsetHint = spec.tocOffsetHint;
-    const index = await this.o.openLayer(rec, opts);
-    if (!tocMatches(index, spec.tocDigest)) {
-      throw new StoreError('E_TOC_DIGEST_MISMATCH', 'TOC does not match the digest the image names', {
-        ...ctx,
-        expected: spec.tocDigest,
-        actual: index.tocDigest,
-      });
-    }
+    // the one TOC digest check: the index exists only if the TOC is the one the image names
+    const index = (await this.o.openLayer(rec, opts)).verify(spec.tocDigest);
     // what the format reader needs again: from the TOC (zstd: its frame header) to the end
     const start = Math.max(0, index.tocOffset - (index.compression === 'zstd' ? FRAME_HEADER : 0));
     try {

@@ -11,10 +11,19 @@ import {
   type StatFs,
   type VirtualFs,
 } from '../fs/vfs.js';
+import type { TreeNode } from '../format/model.js';
+import {
+  FileReadAhead,
+  ReadAheadBudget,
+  chunkEndOf,
+  DEFAULT_READ_AHEAD,
+  type ReadAheadPolicy,
+} from '../layer/read-ahead.js';
 import { StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { AccessLog } from './access-log.js';
 import { parseAlsPath, type AlsLocation } from './als-path.js';
+import type { LazyLayerLike } from './deps.js';
 import type { ViewNode } from './diff-view.js';
 import { syntheticIno } from './ino.js';
 import { NotLazyError, type LayerResolver, type ResolvedLayer } from './resolver.js';
@@ -38,6 +47,9 @@ export interface RefCounter {
   release(ref: string, digest: string): void;
 }
 
+/** Read-ahead in flight across all open files of one layer (each file: the policy's own bound). */
+const LAYER_READ_AHEAD_FACTOR = 2;
+
 const O_ACCMODE = 3;
 const notFound = (path: string, why = 'no such entry') => new StoreError('E_NOT_FOUND', why, { path });
 
@@ -53,7 +65,33 @@ export class StoreFs implements VirtualFs {
     private readonly log: Logger,
     /** `[debug] record_accesses`: first opens/readlinks of diff nodes and the bytes read from them. */
     private readonly accesses?: AccessLog,
-  ) {}
+    /** Sequential read-ahead per open file (false: none). */
+    readAhead: Partial<ReadAheadPolicy> | false = {},
+  ) {
+    this.readAhead = readAhead === false ? undefined : { ...DEFAULT_READ_AHEAD, ...readAhead };
+  }
+
+  private readonly readAhead: ReadAheadPolicy | undefined;
+  /** One read-ahead budget per layer, shared by its open files; goes with the layer object. */
+  private readonly budgets = new WeakMap<LazyLayerLike, ReadAheadBudget>();
+
+  /** Read-ahead for one open file of `layer`, or undefined when the layer cannot load ahead. */
+  private openReadAhead(layer: LazyLayerLike, node: TreeNode, path: string): FileReadAhead | undefined {
+    const policy = this.readAhead;
+    const prefetch = layer.prefetchRange?.bind(layer);
+    if (policy === undefined || prefetch === undefined || node.size <= policy.triggerBytes) return undefined;
+    let budget = this.budgets.get(layer);
+    if (budget === undefined) {
+      budget = new ReadAheadBudget(policy.maxInflightBytes * LAYER_READ_AHEAD_FACTOR);
+      this.budgets.set(layer, budget);
+    }
+    return new FileReadAhead(node.size, (offset, length, signal) => prefetch(node, offset, length, signal), {
+      policy,
+      budget,
+      chunkEnd: chunkEndOf(node.chunks),
+      onError: (err) => this.log.debug({ err, path }, 'read-ahead step failed'),
+    });
+  }
 
   private syntheticDir(key: string): Attr {
     // numbered by name: no table that grows with every name ever looked up
@@ -224,28 +262,22 @@ export class StoreFs implements VirtualFs {
           path: loc.sub,
           size: node.size,
         });
-        if (!tracker) {
-          return {
-            read: async (offset, length, signal) => {
-              const end = Math.min(node.size, offset + length);
-              if (offset >= end) return Buffer.alloc(0);
-              return await layer.read(node, offset, end - offset, { signal });
-            },
-            release: unpin,
-          };
-        }
+        const ahead = this.openReadAhead(layer, node, path);
         return {
           read: async (offset, length, signal) => {
             const end = Math.min(node.size, offset + length);
             if (offset >= end) return Buffer.alloc(0);
+            // before our own read: the steps ahead start while this one waits for its chunk
+            ahead?.onRead(offset, end - offset);
             const data = await layer.read(node, offset, end - offset, { signal });
             // only bytes actually served count (an aborted read throws above)
-            tracker.read(offset, data.length);
+            tracker?.read(offset, data.length);
             return data;
           },
           release: () => {
+            ahead?.close();
             unpin();
-            tracker.release();
+            tracker?.release();
           },
         };
       }

@@ -11,7 +11,8 @@ const MiB = 1024 ** 2;
 export const CACHE_DEFAULTS = {
   maxBytes: 10 * GiB,
   minFreeBytes: 1 * GiB,
-  memoryBytes: 128 * MiB,
+  /** Verified chunks only: the kernel page cache holds file pages. */
+  memoryBytes: 32 * MiB,
 } as const;
 
 /** `[deadlines]` in seconds; the FUSE limit stays above the two the store answers itself. */
@@ -25,3 +26,9 @@ export const DEADLINE_DEFAULTS_SEC = {
 
 /** Go `resolve_result_entry_ttl_sec`: an unused resolved layer stays open this long. */
 export const IDLE_LAYER_TTL_SEC = 120;
+
+/** `[background]`: quiet period after on-demand reads (ms) and the store-wide byte rate (0 = unlimited). */
+export const BACKGROUND_DEFAULTS = {
+  quietMs: 2000,
+  bandwidthBytesPerSec: 32 * MiB,
+} as const;

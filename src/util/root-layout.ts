@@ -29,6 +29,13 @@ export interface RootLayout {
   readonly blobs: string;
   /** Pinned image sets: `pins.json`. */
   readonly pins: string;
+  /** One store per root: `stargz-store.lock` (pid, checked against /proc). */
+  readonly instanceLock: string;
+}
+
+/** One store per control socket: `<socket>.lock` next to the socket (which need not be under root). */
+export function socketLock(addr: string): string {
+  return `${addr}.lock`;
 }
 
 export function rootLayout(root: string): RootLayout {
@@ -43,5 +50,6 @@ export function rootLayout(root: string): RootLayout {
     layerState: join(root, 'layer-state'),
     blobs: join(root, 'blobs', 'sha256'),
     pins: join(root, 'pins.json'),
+    instanceLock: join(root, 'stargz-store.lock'),
   };
 }

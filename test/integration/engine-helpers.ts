@@ -9,7 +9,7 @@ import { open, stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { StoreError } from '../../src/util/errors.js';
-import type { BlobSource } from '../../src/layer/types.js';
+import type { RangeReader } from '../../src/util/range-reader.js';
 
 export interface RangeServer {
   url: string;
@@ -77,7 +77,7 @@ export async function startRangeServer(path: string): Promise<RangeServer> {
 }
 
 /** Minimal HTTP RangeReader (single ranges) used as the engine's blob source in these tests. */
-export class HttpRangeSource implements BlobSource {
+export class HttpRangeSource implements RangeReader {
   requests = 0;
   bytes = 0;
 

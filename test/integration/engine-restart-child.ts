@@ -31,7 +31,7 @@ const open = (): Promise<BlobReader> =>
 const source: BlobSource = {
   size: index.blobSize,
   read: async (offset, length, signal) => (await open()).read(offset, length, signal),
-  readRanges: async (ranges, signal) => (await open()).readRanges(ranges, signal),
+  readRanges: async (ranges, opts) => (await open()).readRanges(ranges, opts),
 };
 const layer = new LazyLayer({
   index,

@@ -92,14 +92,26 @@ describe('scripts/install.sh into a temporary prefix', () => {
     expect(unit).toMatch(/^Restart=always$/m);
     expect(unit).toMatch(/^KillSignal=SIGTERM$/m);
     expect(unit).toMatch(/^NotifyAccess=all$/m);
-    expect(unit).toMatch(/^ExecStopPost=-\/bin\/umount \/var\/lib\/stargz-store\/store$/m);
+    const state = `${prefix}/var/lib/stargz-store`;
+    expect(unit).toContain(`ExecStopPost=-/bin/umount ${state}/store\n`);
     expect(unit).toContain(
-      `ExecStart=${prefix}/bin/stargz-store --log-level=info --config=${prefix}/etc/stargz-store/config.toml /var/lib/stargz-store/store`,
+      `ExecStart=${prefix}/bin/stargz-store --log-level=info --config=${prefix}/etc/stargz-store/config.toml --root=${state} --addr=${state}/store.sock ${state}/store\n`,
+    );
+    // Every path moved: nothing still names the default state directory.
+    expect(unit.replaceAll(state, '<state>')).not.toContain('/var/lib/stargz-store');
+    expect(first.stderr).toContain(
+      `unit ${prefix}/etc/systemd/system/stargz-store.service (mountpoint ${state}/store, root ${state}, socket ${state}/store.sock)`,
+    );
+    const snippet = await readFile(join(prefix, 'share/stargz-store/storage.conf.snippet'), 'utf8');
+    expect(snippet).toContain(`additionallayerstores = ["${state}/store:ref"]`);
+    // c/image runs the helper without arguments: the wrapper supplies this install's socket.
+    expect(await readFile(join(prefix, 'bin/stargz-store-helper'), 'utf8')).toContain(
+      `set -- "${state}/store.sock"`,
     );
     // The repository copy keeps the standard locations.
     const shipped = await readFile(join(REPO, 'systemd/stargz-store.service'), 'utf8');
     expect(shipped).toContain(
-      'ExecStart=/usr/local/bin/stargz-store --log-level=info --config=/etc/stargz-store/config.toml /var/lib/stargz-store/store',
+      'ExecStart=/usr/local/bin/stargz-store --log-level=info --config=/etc/stargz-store/config.toml --root=/var/lib/stargz-store --addr=/var/lib/stargz-store/store.sock /var/lib/stargz-store/store',
     );
   });
 
@@ -121,13 +133,24 @@ describe('scripts/install.sh into a temporary prefix', () => {
       'undici',
       'fuse-native',
       'zstd-napi',
-      'tar-stream',
+      `node-linux-${process.arch}`,
     ]) {
       expect(existsSync(join(nm, dep, 'package.json'))).toBe(true);
     }
-    for (const dev of ['typescript', 'vitest', 'eslint', 'prettier', 'fast-check', 'nock']) {
+    for (const dev of ['typescript', 'vitest', 'eslint', 'prettier', 'fast-check', 'tar-stream']) {
       expect(existsSync(join(nm, dev))).toBe(false);
     }
+  });
+
+  it('the installed wrapper runs the bundled Node 24, whatever node is first on PATH', async () => {
+    const text = await readFile(join(prefix, 'bin/stargz-store'), 'utf8');
+    expect(text).toContain(join(prefix, 'lib/stargz-store/node_modules/node-linux-'));
+    const r = await run(join(prefix, 'bin/stargz-store'), ['--version'], {
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+    });
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toMatch(/^stargz-store \d+\.\d+\.\d+\S* \(node v24\.\d+\.\d+\)$/);
+    expect(first.stderr).toMatch(/\(node v24\.\d+\.\d+\)/);
   });
 
   it('the installed commands run: config errors name the key, the helper reaches a store', async () => {

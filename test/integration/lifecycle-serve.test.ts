@@ -200,7 +200,7 @@ describe('stargz-store serve lifecycle (real CLI, real FUSE, own notify socket)'
     expect(await withTimeout(s.exited, 30_000, 'exit after SIGINT')).toEqual({ code: 0, signal: null });
     await listener.waitFor('STOPPING=1', 5000);
     expect(await fuseMounted(mnt)).toBe(false);
-    expect(s.stderr()).toContain('"level":20'); // -log-level=debug took effect
+    expect(s.stderr()).toContain('"level":"debug"'); // -log-level=debug took effect (level names, not numbers)
   });
 
   it('the readiness gate waits for a mount that answers, not just one that is listed', async () => {

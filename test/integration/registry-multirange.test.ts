@@ -115,7 +115,7 @@ describe('multi-range requests against a real docker-registry', () => {
         offset: i * 25_000 + (i % 7) * 13,
         length: 1 + ((i * 37) % 900),
       }));
-      const got = await reader.readRanges(ranges);
+      const got = await reader.readRanges(ranges, {});
       ranges.forEach((r, i) =>
         expect(got[i]!.equals(big.subarray(r.offset, r.offset + r.length))).toBe(true),
       );
@@ -140,10 +140,13 @@ describe('multi-range requests against a real docker-registry', () => {
     const client = new RegistryClient({ blockSize: 10_000, forceSingleRange: true });
     try {
       const reader = await client.openBlob(parseReference(`${reg.host}/ranges/blob:x`), sha256(big));
-      const got = await reader.readRanges([
-        { offset: 0, length: 5 },
-        { offset: 2_000_000, length: 5 },
-      ]);
+      const got = await reader.readRanges(
+        [
+          { offset: 0, length: 5 },
+          { offset: 2_000_000, length: 5 },
+        ],
+        {},
+      );
       expect(got[1]!.equals(big.subarray(2_000_000, 2_000_005))).toBe(true);
       expect(reader.stats().requests).toBe(2);
     } finally {

@@ -8,7 +8,8 @@
 import { join } from 'node:path';
 import { BlobStore, chunkCacheBudget } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
-import { LocalFirstSource } from '../../src/layer/local-first-source.js';
+import { LocalBlobBinding } from '../../src/store/local-blob-binding.js';
+import { silentLogger } from '../../src/util/logger.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { FetchScheduler, LazyLayer, type BlobSource } from '../../src/layer/index.js';
 import { parseReference, RegistryClient, type BlobReader } from '../../src/registry/index.js';
@@ -40,35 +41,41 @@ const store = await BlobStore.open({
   budget: chunkCacheBudget(cache),
   checkpointBytes: 512 * 1024,
 });
-// Read-ahead bytes would bypass the blob store (only requested ranges are stored): off.
-const client = new RegistryClient({ readAheadBytes: 0 });
+const client = new RegistryClient({});
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
   (reader ??= client.openBlob(parseReference(args.ref), args.digest, { size: index.blobSize }));
-const registry: BlobSource = {
-  size: index.blobSize,
-  read: async (offset, length, signal) => (await open()).read(offset, length, signal),
-  readRanges: async (ranges, signal) => (await open()).readRanges(ranges, signal),
-};
 
 let network = 0;
 let stop!: () => void;
 const stopped = new Promise<void>((r) => (stop = r));
-const blob = await store.openBlob(args.digest, index.blobSize);
-const coveredAtStart = blob.bytesCovered;
-const source = new LocalFirstSource(registry, blob, {
-  alignBytes: 50_000, // the registry reader's block size
-  onNetworkBytes: (n) => {
-    network += n;
-    if (args.stopAt !== undefined && network >= args.stopAt) {
-      if (args.mode === 'kill') process.kill(process.pid, 'SIGKILL');
-      stop();
-    }
+const counted = (n: number): void => {
+  network += n;
+  if (args.stopAt !== undefined && network >= args.stopAt) {
+    if (args.mode === 'kill') process.kill(process.pid, 'SIGKILL');
+    stop();
+  }
+};
+// The registry as the layer sees it; every byte it returns is counted (the stop trigger).
+const registry: BlobSource = {
+  size: index.blobSize,
+  read: async (offset, length, signal) => {
+    const b = await (await open()).read(offset, length, signal);
+    counted(b.length);
+    return b;
   },
-});
+  readRanges: async (ranges, opts) => {
+    const bufs = await (await open()).readRanges(ranges, opts);
+    counted(bufs.reduce((n, b) => n + b.length, 0));
+    return bufs;
+  },
+};
+const coveredAtStart = (await store.openBlob(args.digest, index.blobSize)).bytesCovered;
+// Wired exactly as the store wires it (src/store/default-deps.ts).
+const localCopy = new LocalBlobBinding(store, args.digest, index.blobSize, silentLogger);
 const layer = new LazyLayer({
   index,
-  source,
+  source: registry,
   cache,
   layerKey: args.digest,
   expectedDiffID: args.diffID,
@@ -76,13 +83,17 @@ const layer = new LazyLayer({
   scheduler: new FetchScheduler({ quietMs: 0 }),
   backgroundUnitBytes: 256 * 1024,
   retryDelayMs: 10,
+  localBytes: localCopy,
+  onCompressedBytes: localCopy.onCompressedBytes,
+  onFullyVerified: () => localCopy.discard(),
+  beforeRecheck: () => localCopy.invalidate(),
 });
 layer.start();
 await Promise.race([stopped, layer.whenBackgroundDone()]);
 await layer.close();
 const state = layer.state();
-// What the store does once a layer is fully verified: the compressed copy is no longer needed.
-if (state.fullyVerified) await store.remove(args.digest);
+// the layer discards its local copy once verified (not awaited there): wait for it before reporting
+if (state.fullyVerified) await localCopy.discard();
 const blobStats = store.stats();
 const readerStats = reader === undefined ? undefined : (await reader).stats();
 await store.close();

@@ -22,6 +22,7 @@ describe('the --root layout has one owner (util/root-layout.ts)', () => {
       layerState: '/r/layer-state',
       blobs: '/r/blobs/sha256',
       pins: '/r/pins.json',
+      instanceLock: '/r/stargz-store.lock',
     });
   });
 

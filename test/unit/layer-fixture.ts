@@ -10,7 +10,9 @@ import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import type { Chunk, LayerIndex, PrefetchHint, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
-import type { BlobSource, ByteRange, FetchOptions } from '../../src/layer/types.js';
+import type { BlobSource, ByteRange, ReadRangesOptions } from '../../src/layer/types.js';
+import type { LocalCompressedBytes } from '../../src/layer/compressed-store.js';
+import { expect } from 'vitest';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer };
 
@@ -183,7 +185,7 @@ export function mixedSpecs(chunkSize: number): FixtureFileSpec[] {
 /** In-memory blob source that counts requests and can delay, block or corrupt them. */
 export class TestSource implements BlobSource {
   requests: ByteRange[][] = [];
-  /** Per request: whether the caller asked to bypass caches (`opts.fresh`). */
+  /** Per request: whether the caller asked to bypass caches (`opts.bypassCache`). */
   fresh: boolean[] = [];
   bytes = 0;
   delayMs = 0;
@@ -197,8 +199,6 @@ export class TestSource implements BlobSource {
     opts: { multiRange?: boolean } = {},
   ) {
     this.withRanges = opts.multiRange ?? true;
-    // Hide the prototype method: the engine must then fall back to single-range reads.
-    if (!this.withRanges) Object.defineProperty(this, 'readRanges', { value: undefined });
   }
 
   get size(): number {
@@ -235,19 +235,75 @@ export class TestSource implements BlobSource {
     if (signal?.aborted) throw new StoreError('E_ABORTED', 'aborted');
   }
 
-  async read(offset: number, length: number, signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer> {
-    this.requests.push([{ offset, length }]);
-    this.fresh.push(opts?.fresh === true);
-    this.bytes += length;
-    await this.wait(signal);
-    return await this.serve({ offset, length }, signal);
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    return (await this.readOne({ offset, length }, { signal }))!;
   }
 
-  async readRanges(ranges: ByteRange[], signal?: AbortSignal, opts?: FetchOptions): Promise<Buffer[]> {
-    this.requests.push(ranges);
-    this.fresh.push(opts?.fresh === true);
+  /** One single-range request (what the single-read fallback issues per range). */
+  protected async readOne(r: ByteRange, opts: ReadRangesOptions): Promise<Buffer> {
+    this.requests.push([{ offset: r.offset, length: r.length }]);
+    this.fresh.push(opts.bypassCache === true);
+    this.bytes += r.length;
+    await this.wait(opts.signal);
+    return await this.serve(r, opts.signal);
+  }
+
+  async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
+    if (!this.withRanges || ranges.length === 1) {
+      // a source without multi-range requests: one request per range, in parallel
+      return await Promise.all(ranges.map((r) => this.readOne(r, opts)));
+    }
+    this.requests.push(ranges.map((r) => ({ offset: r.offset, length: r.length })));
+    this.fresh.push(opts.bypassCache === true);
     for (const r of ranges) this.bytes += r.length;
-    await this.wait(signal);
-    return await Promise.all(ranges.map((r) => this.serve(r, signal)));
+    await this.wait(opts.signal);
+    return await Promise.all(ranges.map((r) => this.serve(r, opts.signal)));
+  }
+}
+
+/** The resume helper's store, as far as the engine can tell: received bytes, by offset. */
+export class MemoryLocalBytes implements LocalCompressedBytes {
+  readonly received: Array<{ offset: number; data: Buffer }> = [];
+  reads = 0;
+  readonly bytes: Buffer;
+  readonly have: Uint8Array;
+
+  constructor(size: number) {
+    this.bytes = Buffer.alloc(size);
+    this.have = new Uint8Array(size);
+  }
+
+  sink = (offset: number, data: Buffer): void => {
+    this.received.push({ offset, data: Buffer.from(data) });
+    data.copy(this.bytes, offset);
+    this.have.fill(1, offset, offset + data.length);
+  };
+
+  covered(offset: number, length: number): boolean {
+    for (let i = offset; i < offset + length; i++) if (this.have[i] !== 1) return false;
+    return true;
+  }
+
+  held(offset: number, length: number): ByteRange[] {
+    const out: ByteRange[] = [];
+    for (let i = offset; i < offset + length; i++) {
+      if (this.have[i] !== 1) continue;
+      const last = out[out.length - 1];
+      if (last !== undefined && last.offset + last.length === i) last.length++;
+      else out.push({ offset: i, length: 1 });
+    }
+    return out;
+  }
+
+  async read(offset: number, length: number): Promise<Buffer> {
+    this.reads++;
+    return Buffer.from(this.bytes.subarray(offset, offset + length));
+  }
+
+  /** Each byte received at most once, and every byte of [0, size) received. */
+  expectEachByteOnce(size: number): void {
+    const count = new Uint8Array(size);
+    for (const r of this.received) for (let i = 0; i < r.data.length; i++) count[r.offset + i]!++;
+    expect(count.every((n) => n === 1)).toBe(true);
   }
 }

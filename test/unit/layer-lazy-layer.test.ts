@@ -6,7 +6,13 @@ import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { FetchScheduler, LazyLayer, type LazyLayerOptions } from '../../src/layer/index.js';
+import {
+  FetchScheduler,
+  LazyLayer,
+  type ByteRange,
+  type LazyLayerOptions,
+  type ReadRangesOptions,
+} from '../../src/layer/index.js';
 import type { Logger } from '../../src/util/logger.js';
 import { StreamDigest } from '../../src/layer/diffid.js';
 import { CodecPool } from '../../src/format/codec-pool.js';
@@ -220,10 +226,9 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     const hostile = { ...big, chunks: [c0!, { ...c3!, fileOffset: c0!.size, size: c3!.size + 1 }] };
     const err = await layer.read(hostile, 0, c0!.size + 10).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'E_BAD_TOC' });
-    // a later read of chunk 0 joins that fetch, which must have completed
-    const t0 = performance.now();
+    // a later read of chunk 0 joins that fetch, which must have completed (a pending one would
+    // end this read with E_DEADLINE)
     expect((await layer.read(big, 0, 100)).equals(content.subarray(0, 100))).toBe(true);
-    expect(performance.now() - t0).toBeLessThan(2000);
     expect(source.requestCount).toBe(2);
   });
 
@@ -234,9 +239,7 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     source.gate = new Promise((r) => (release = r));
     const layer = makeLayer(fx, source, { deadlineMs: 100 });
     const big = node(fx, 'big');
-    const t0 = performance.now();
     await expect(layer.read(big, 0, 10)).rejects.toMatchObject({ code: 'E_DEADLINE' });
-    expect(performance.now() - t0).toBeLessThan(2000);
     await expect(layer.read(big, 0, 10, { deadlineMs: 20 })).rejects.toMatchObject({ code: 'E_DEADLINE' });
     const ac = new AbortController();
     const aborted = layer.read(big, 0, 10, { signal: ac.signal });
@@ -244,7 +247,8 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     await expect(aborted).rejects.toMatchObject({ code: 'E_ABORTED' });
     release();
     source.gate = undefined;
-    await new Promise((r) => setTimeout(r, 50));
+    // the abandoned fetch completes and fills the cache
+    await vi.waitFor(() => expect(layer.state().chunksVerified).toBeGreaterThan(0));
     const n = source.requestCount;
     expect((await layer.read(big, 0, 10)).equals(fx.files.get('big')!.subarray(0, 10))).toBe(true);
     expect(source.requestCount).toBe(n);
@@ -418,9 +422,9 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(stale).toBeDefined();
     const staleBlob = Buffer.concat([fx.blob.subarray(0, toc.offset), stale!]);
     class StaleCacheSource extends TestSource {
-      override async read(offset: number, length: number, signal?: AbortSignal, opts?: { fresh?: boolean }) {
-        const b = await super.read(offset, length, signal, opts);
-        return opts?.fresh === true ? b : Buffer.from(staleBlob.subarray(offset, offset + length));
+      protected override async readOne(r: ByteRange, opts: ReadRangesOptions): Promise<Buffer> {
+        const b = await super.readOne(r, opts);
+        return opts.bypassCache === true ? b : Buffer.from(staleBlob.subarray(r.offset, r.offset + r.length));
       }
     }
     const source = new StaleCacheSource(fx.blob);
@@ -490,11 +494,12 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
 });
 
 describe('LazyLayer under concurrency and background work', () => {
-  it('an on-demand read preempts a running background fetch instead of waiting for it', async () => {
+  it('an on-demand read inside a running background fetch joins it: every byte fetched once', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'gzip');
     const source = new TestSource(fx.blob);
-    source.delayMs = 300;
-    const scheduler = new FetchScheduler({ quietMs: 0 });
+    let release!: () => void;
+    source.gate = new Promise((r) => (release = r));
+    const scheduler = new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: 0 });
     const layer = makeLayer(fx, source, {
       scheduler,
       backgroundFetch: true,
@@ -502,16 +507,16 @@ describe('LazyLayer under concurrency and background work', () => {
       backgroundUnitBytes: 1 << 30,
     });
     layer.start();
-    await new Promise((r) => setTimeout(r, 50));
-    expect(scheduler.stats().backgroundRunning).toBe(1);
-    const t0 = performance.now();
+    await vi.waitFor(() => expect(source.requestCount).toBe(1)); // the whole blob, in flight
     const big = node(fx, 'big');
-    expect((await layer.read(big, 0, 100)).equals(fx.files.get('big')!.subarray(0, 100))).toBe(true);
-    // its own 300 ms request, not behind the background one (which had ~250 ms left)
-    expect(performance.now() - t0).toBeLessThan(500);
-    expect(scheduler.stats().preemptions).toBeGreaterThanOrEqual(1);
+    const read = layer.read(big, 0, 100);
+    release();
+    expect((await read).equals(fx.files.get('big')!.subarray(0, 100))).toBe(true);
     await layer.whenBackgroundDone();
     expect(layer.state().fullyVerified).toBe(true);
+    // the read was served from the background request: nothing fetched twice
+    expect(source.requestCount).toBe(1);
+    expect(layer.state().bytesFetched).toBe(fx.blob.length);
   });
 
   it('32 concurrent readers with background fetch and DiffID check running: exact bytes', async () => {
@@ -569,11 +574,8 @@ describe('LazyLayer bookkeeping stays off the hot path', () => {
   it('state() never builds the chunk plan; start() builds it once, asynchronously', async () => {
     const { fx, distinct } = bigIndex(300_000);
     const layer = makeLayer(fx, new TestSource(fx.blob));
-    const t0 = performance.now();
     const before = layer.state();
-    const ms = performance.now() - t0;
     expect(before).toMatchObject({ chunksTotal: 0, percent: 0, chunksVerified: 0 });
-    expect(ms).toBeLessThan(20);
     layer.start();
     expect(layer.state().chunksTotal).toBe(0); // start() returns before the plan exists
     await layer.whenPrefetched();
@@ -646,6 +648,7 @@ describe('LazyLayer bookkeeping stays off the hot path', () => {
           expectedDiffID: fx.diffID,
           backgroundUnitBytes: 8192,
           layerKey: `sha256:${String(i).repeat(64)}`,
+          diffIdWorker: true,
         }),
       };
     });

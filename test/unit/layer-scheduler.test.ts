@@ -1,71 +1,98 @@
 import { describe, expect, it } from 'vitest';
 import { FetchScheduler, Preempted } from '../../src/layer/index.js';
+import { ManualClock } from '../../src/util/clock.js';
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** A promise and its resolver: tests hold tasks at a point and release them, no timers. */
+function gate(): { promise: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const promise = new Promise<void>((r) => (open = r));
+  return { promise, open };
+}
+
+/** Let every pending promise job and immediate run (event-driven, no duration involved). */
+async function settle(rounds = 20): Promise<void> {
+  for (let i = 0; i < rounds; i++) await new Promise<void>((r) => setImmediate(r));
+}
 
 describe('FetchScheduler', () => {
   it('runs background work only when no on-demand work is in flight and after the quiet period', async () => {
-    const s = new FetchScheduler({ quietMs: 80 });
+    const clock = new ManualClock();
+    const s = new FetchScheduler({ quietMs: 80, clock });
     const events: string[] = [];
-    let releaseFg!: () => void;
+    const fgGate = gate();
     const fg = s.foreground(async () => {
       events.push('fg-start');
-      await new Promise<void>((r) => (releaseFg = r));
+      await fgGate.promise;
       events.push('fg-end');
     });
-    let bgStartedAt = 0;
     const bg = s.background(async () => {
-      bgStartedAt = performance.now();
-      events.push('bg');
+      events.push(`bg@${clock.now()}`);
     });
-    await sleep(50);
+    await settle();
     expect(events).toEqual(['fg-start']);
-    const fgEnd = performance.now();
-    releaseFg();
+    clock.advance(1000); // time passing while on-demand work runs does not count as quiet
+    fgGate.open();
     await fg;
+    await settle();
+    expect(events).toEqual(['fg-start', 'fg-end']);
+    clock.advance(79);
+    await settle();
+    expect(events).toEqual(['fg-start', 'fg-end']);
+    clock.advance(1);
     await bg;
-    expect(events).toEqual(['fg-start', 'fg-end', 'bg']);
-    expect(bgStartedAt - fgEnd).toBeGreaterThanOrEqual(75);
+    expect(events).toEqual(['fg-start', 'fg-end', 'bg@1080']);
   });
 
   it('bounds background concurrency', async () => {
     const s = new FetchScheduler({ quietMs: 0, backgroundConcurrency: 2 });
     let running = 0;
     let peak = 0;
-    await Promise.all(
-      Array.from({ length: 8 }, () =>
-        s.background(async () => {
-          running++;
-          peak = Math.max(peak, running);
-          await sleep(10);
-          running--;
-        }),
-      ),
+    const gates = Array.from({ length: 8 }, () => gate());
+    const tasks = gates.map((g) =>
+      s.background(async () => {
+        running++;
+        peak = Math.max(peak, running);
+        await g.promise;
+        running--;
+      }),
     );
+    for (const g of gates) {
+      await settle();
+      expect(running).toBeLessThanOrEqual(2);
+      g.open();
+    }
+    await Promise.all(tasks);
     expect(peak).toBe(2);
   });
 
   it('an on-demand fetch preempts running background work, which is re-run later', async () => {
-    const s = new FetchScheduler({ quietMs: 10 });
+    const clock = new ManualClock();
+    const s = new FetchScheduler({ quietMs: 10, clock });
     let attempts = 0;
     let sawPreempt = false;
+    const started = gate();
     const bg = s.background(async (signal) => {
       attempts++;
       if (attempts === 1) {
-        await new Promise<void>((_, reject) => {
+        // registered before anyone can preempt: the abort cannot be missed
+        const aborted = new Promise<void>((_, reject) => {
           signal.addEventListener('abort', () => {
             sawPreempt = signal.reason instanceof Preempted;
             reject(signal.reason as Error);
           });
         });
+        started.open();
+        await aborted;
       }
       return 'done';
     });
-    await sleep(20);
+    await started.promise;
     expect(attempts).toBe(1);
-    await s.foreground(async () => {
-      await sleep(5);
-    });
+    await s.foreground(async () => undefined);
+    // the re-run waits for the quiet period after the on-demand fetch
+    await settle();
+    expect(attempts).toBe(1);
+    clock.advance(10);
     expect(await bg).toBe('done');
     expect(sawPreempt).toBe(true);
     expect(attempts).toBe(2);
@@ -75,20 +102,23 @@ describe('FetchScheduler', () => {
   it('a cancelled background task rejects, waiting or running', async () => {
     const s = new FetchScheduler({ quietMs: 0 });
     const ac = new AbortController();
-    let release!: () => void;
-    const fg = s.foreground(() => new Promise<void>((r) => (release = r)));
+    const fgGate = gate();
+    const fg = s.foreground(() => fgGate.promise);
     const waiting = s.background(async () => 'never', ac.signal);
     ac.abort(new Error('closed'));
     await expect(waiting).rejects.toThrow('closed');
-    release();
+    fgGate.open();
     await fg;
     const ac2 = new AbortController();
-    const running = s.background(
-      (signal) =>
-        new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
-      ac2.signal,
-    );
-    await sleep(5);
+    const started = gate();
+    const running = s.background((signal) => {
+      const p = new Promise((_, reject) =>
+        signal.addEventListener('abort', () => reject(signal.reason as Error)),
+      );
+      started.open();
+      return p;
+    }, ac2.signal);
+    await started.promise;
     ac2.abort(new Error('closed too'));
     await expect(running).rejects.toThrow('closed too');
     expect(s.stats()).toMatchObject({ backgroundRunning: 0, foregroundInFlight: 0 });
@@ -98,26 +128,102 @@ describe('FetchScheduler', () => {
     const s = new FetchScheduler({ quietMs: 0 });
     let running = 0;
     let peak = 0;
-    const step = () =>
+    const gates = [gate(), gate(), gate()];
+    const steps = gates.map((g) =>
       s.backgroundCpu(async () => {
         running++;
         peak = Math.max(peak, running);
-        await sleep(5);
+        await g.promise;
         running--;
-      });
-    await Promise.all([step(), step(), step()]);
+      }),
+    );
+    for (const g of gates) {
+      await settle();
+      g.open();
+    }
+    await Promise.all(steps);
     expect(peak).toBe(1);
-    let release!: () => void;
-    const fg = s.foreground(() => new Promise<void>((r) => (release = r)));
+    const fgGate = gate();
+    const fg = s.foreground(() => fgGate.promise);
     let ran = false;
     const blocked = s.backgroundCpu(async () => {
       ran = true;
     });
-    await sleep(30);
+    await settle();
     expect(ran).toBe(false);
-    release();
+    fgGate.open();
     await fg;
     await blocked;
     expect(ran).toBe(true);
+  });
+
+  it('prefetch runs at once, holds background back, and waits for on-demand fetches', async () => {
+    const s = new FetchScheduler({ quietMs: 0 });
+    const events: string[] = [];
+    const fgGate = gate();
+    const fg = s.foreground(async () => {
+      events.push('fg');
+      await fgGate.promise;
+    });
+    const pf = s.prefetch(async () => {
+      events.push('prefetch');
+    });
+    await settle();
+    expect(events).toEqual(['fg']);
+    fgGate.open();
+    await Promise.all([fg, pf]);
+    expect(events).toEqual(['fg', 'prefetch']);
+    const pfGate = gate();
+    const pf2 = s.prefetch(() => pfGate.promise);
+    let bgRan = false;
+    const bg = s.background(async () => {
+      bgRan = true;
+    });
+    await settle();
+    expect(bgRan).toBe(false);
+    pfGate.open();
+    await Promise.all([pf2, bg]);
+    expect(bgRan).toBe(true);
+  });
+
+  it('background bandwidth is paced on the injected clock', async () => {
+    const clock = new ManualClock();
+    const s = new FetchScheduler({ quietMs: 0, clock, bandwidthBytesPerSec: 1000 });
+    const done: number[] = [];
+    const takes = [500, 500, 1000].map((n, i) => s.takeBandwidth(n).then(() => done.push(i)));
+    await settle();
+    expect(done).toEqual([0]); // the first bytes go at once
+    clock.advance(499);
+    await settle();
+    expect(done).toEqual([0]);
+    clock.advance(1);
+    await settle();
+    expect(done).toEqual([0, 1]);
+    clock.advance(499);
+    await settle();
+    expect(done).toEqual([0, 1]);
+    clock.advance(1);
+    await Promise.all(takes);
+    expect(done).toEqual([0, 1, 2]);
+    // 2000 bytes in 1000 ms: the third take's 1000 bytes start at t=1000 (1000 bytes/s)
+    expect(clock.now()).toBe(1000);
+  });
+
+  it('a layer waits for its quiet period after its last read', async () => {
+    const clock = new ManualClock();
+    const s = new FetchScheduler({ quietMs: 2000, clock });
+    let last: number | undefined;
+    await s.layerQuiet(() => last); // never read: no wait
+    last = 0;
+    let passed = false;
+    const q = s.layerQuiet(() => last).then(() => (passed = true));
+    clock.advance(1500);
+    last = 1500; // another read: the quiet period starts again
+    clock.advance(1000);
+    await settle();
+    expect(passed).toBe(false);
+    clock.advance(1000);
+    await q;
+    expect(passed).toBe(true);
   });
 });

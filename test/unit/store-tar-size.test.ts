@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { openLayer } from '../../src/format/open-layer.js';
-import { estimateTarSize } from '../../src/store/tar-size.js';
+import { estimateTarSize } from '../../src/format/tar-size.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { buildTestLayer, decompressBlob, edgeCaseTar, makeTar } from '../helpers/store.js';
 

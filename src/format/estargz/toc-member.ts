@@ -1,72 +1,15 @@
 import { StoreError } from '../../util/errors.js';
-import { inflateOneMember, inflatePrefix, parseGzipHeader } from './gzip.js';
 
 export const TOC_TAR_NAME = 'stargz.index.json';
 
 /** Room for the tar header(s), padding and end-of-archive blocks around the JSON. */
-const TAR_OVERHEAD = 64 * 1024;
-
-/**
- * Extract the TOC JSON from the TOC member bytes [tocOffset, footerStart): gunzip exactly one
- * member (bytes after it are never interpreted), read the first tar entry, require its name
- * to be `stargz.index.json`, return its body.
- */
-export async function extractTocJson(
-  member: Buffer,
-  opts: { maxTocBytes: number; signal?: AbortSignal },
-): Promise<Buffer> {
-  const inflated = await inflateOneMember(member, {
-    maxOutput: opts.maxTocBytes + TAR_OVERHEAD,
-    code: 'E_BAD_TOC',
-    context: { what: 'toc' },
-    ...(opts.signal ? { signal: opts.signal } : {}),
-  });
-  const { name, body } = firstTarEntry(inflated.data);
-  checkTocEntry(name, body.length, opts.maxTocBytes);
-  return body;
-}
-
-/** Where the TOC JSON sits inside the (still compressed) TOC member. */
-export interface TocJsonLocation {
-  /** Length of the gzip member header: the deflate data starts there. */
-  headerLength: number;
-  /** Offset and length of the JSON inside the member's decompressed tar stream. */
-  bodyStart: number;
-  bodySize: number;
-  /** Decompressed bytes the member may have at most (limit for the full inflate). */
-  maxOutput: number;
-}
+export const TAR_OVERHEAD = 64 * 1024;
 
 /** Tar headers (PAX included) of the TOC entry are expected within this much output. */
-const HEAD_BYTES = 1024 * 1024;
+export const HEAD_BYTES = 1024 * 1024;
 
-/**
- * Find the TOC JSON inside the member by inflating only its first tar headers (at most 1 MiB of
- * output). The full inflate, its CRC/ISIZE check and the JSON parse are left to a worker thread
- * (toc-worker.ts), so a tens-of-MB TOC never runs through the main thread.
- */
-export async function locateTocJson(
-  member: Buffer,
-  opts: { maxTocBytes: number; signal?: AbortSignal },
-): Promise<TocJsonLocation> {
-  const context = { what: 'toc' };
-  const header = parseGzipHeader(member, 'E_BAD_TOC', context);
-  const head = await inflatePrefix(member.subarray(header.length), HEAD_BYTES, {
-    code: 'E_BAD_TOC',
-    context,
-    ...(opts.signal ? { signal: opts.signal } : {}),
-  });
-  const { name, start, size } = tarEntryLocation(head);
-  checkTocEntry(name, size, opts.maxTocBytes);
-  return {
-    headerLength: header.length,
-    bodyStart: start,
-    bodySize: size,
-    maxOutput: opts.maxTocBytes + TAR_OVERHEAD,
-  };
-}
-
-function checkTocEntry(name: string, size: number, maxTocBytes: number): void {
+/** The TOC tar entry must be `stargz.index.json` and its JSON within the size cap. */
+export function checkTocEntry(name: string, size: number, maxTocBytes: number): void {
   if (name !== TOC_TAR_NAME) {
     throw new StoreError('E_BAD_TOC', `TOC tar entry is named ${JSON.stringify(name)}, not ${TOC_TAR_NAME}`);
   }
@@ -140,22 +83,16 @@ function paxRecords(data: Buffer): Map<string, string> {
   return out;
 }
 
-/** First regular entry of a tar stream (PAX 'x' headers applied). */
-export function firstTarEntry(tar: Buffer): { name: string; body: Buffer } {
-  const { name, start, size } = tarEntryLocation(tar);
-  if (start + size > tar.length) throw new StoreError('E_BAD_TOC', 'TOC tar entry body is truncated');
-  return { name, body: tar.subarray(start, start + size) };
-}
-
 /**
  * Name, body offset and body size of the first regular entry of a tar stream (PAX 'x' headers
- * applied). Needs only the headers: `tar` may be a prefix that ends before the body does.
+ * applied), or undefined while `tar` (a prefix of the stream) is too short to tell. Needs only
+ * the headers: the body may still be to come.
  */
-export function tarEntryLocation(tar: Buffer): { name: string; start: number; size: number } {
+export function findTarEntry(tar: Buffer): { name: string; start: number; size: number } | undefined {
   let pos = 0;
   let pax: Map<string, string> | undefined;
   for (let guard = 0; guard < 8; guard++) {
-    if (pos + BLOCK > tar.length) throw new StoreError('E_BAD_TOC', 'TOC tar stream is truncated');
+    if (pos + BLOCK > tar.length) return undefined;
     const header = tar.subarray(pos, pos + BLOCK);
     if (header.every((b) => b === 0)) throw new StoreError('E_BAD_TOC', 'TOC tar stream has no entry');
     checkHeaderSum(header);
@@ -169,7 +106,7 @@ export function tarEntryLocation(tar: Buffer): { name: string; start: number; si
     }
     const dataStart = pos + BLOCK;
     if (typeflag === 'x') {
-      if (dataStart + size > tar.length) throw new StoreError('E_BAD_TOC', 'TOC tar stream is truncated');
+      if (dataStart + size > tar.length) return undefined;
       pax = paxRecords(tar.subarray(dataStart, dataStart + size));
       pos = dataStart + Math.ceil(size / BLOCK) * BLOCK;
       continue;

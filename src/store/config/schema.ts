@@ -1,7 +1,13 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { formatPlatform, hostPlatform } from '../../registry/platform.js';
-import { CACHE_DEFAULTS, DEADLINE_DEFAULTS_SEC, IDLE_LAYER_TTL_SEC } from '../../util/defaults.js';
+import { DEFAULT_MAX_ENTRIES } from '../../format/open-layer.js';
+import {
+  BACKGROUND_DEFAULTS,
+  CACHE_DEFAULTS,
+  DEADLINE_DEFAULTS_SEC,
+  IDLE_LAYER_TTL_SEC,
+} from '../../util/defaults.js';
 import {
   absPathOrEmpty,
   bool,
@@ -225,6 +231,11 @@ export const fileSchema = z.object({
     { doc: 'true is FATAL: verification cannot be disabled', defaultDoc: 'false', kind: 'boolean' },
   ),
   max_concurrency: int(2, 'background fetch tasks', { zeroIsDefault: true, min: 1 }),
+  max_toc_entries: int(
+    DEFAULT_MAX_ENTRIES,
+    'layers whose TOC has more entries are refused early (E_TOO_MANY_ENTRIES): clients pull them',
+    { zeroIsDefault: true, min: 1 },
+  ),
   no_prometheus: bool(false, { doc: 'Go metrics switch (see metrics_address)', noEffect: true }),
   log_file_access: bool(false, { doc: 'per-file access log of the Go store', noEffect: true }),
   metadata_store: oneOf(
@@ -309,6 +320,21 @@ export const fileSchema = z.object({
       memory_bytes: int(CACHE_DEFAULTS.memoryBytes, 'in-memory LRU in front of the disk cache; 0 = none'),
     },
     'content-addressed chunk cache under <root>/cache',
+  ),
+
+  background: table(
+    {
+      quiet_ms: int(
+        BACKGROUND_DEFAULTS.quietMs,
+        'start (and resume) only after this long without on-demand reads, ms',
+      ),
+      bandwidth_bytes_per_sec: int(
+        BACKGROUND_DEFAULTS.bandwidthBytesPerSec,
+        'store-wide cap of background bytes/s; 0 = unlimited',
+      ),
+      concurrency: int(0, 'background fetch tasks at once, store-wide; 0 = max_concurrency'),
+    },
+    'full-layer fetch + DiffID check, after start-up',
   ),
 
   deadlines: table(

@@ -1,4 +1,4 @@
-import type { LayerIndex, TreeNode } from '../format/model.js';
+import type { LayerIndex, TreeNode } from './model.js';
 
 const BLOCK = 512;
 const pad = (n: number) => Math.ceil(n / BLOCK) * BLOCK;

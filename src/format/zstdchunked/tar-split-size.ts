@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
-import { sha256Async } from '../format/codec.js';
-import type { LayerIndex } from '../format/model.js';
-import { CURRENT_FOOTER_SIZE, parseZstdFooter } from '../format/zstdchunked/footer.js';
-import { decompressManifest } from '../format/zstdchunked/manifest.js';
-import { StoreError } from '../util/errors.js';
-import type { RangeReader } from '../util/range-reader.js';
+import { StoreError } from '../../util/errors.js';
+import type { RangeReader } from '../../util/range-reader.js';
+import { sha256Async } from '../codec.js';
+import type { LayerIndex } from '../model.js';
+import { CURRENT_FOOTER_SIZE, parseZstdFooter } from './footer.js';
+import { decompressManifest } from './manifest.js';
 
 /** Largest tar-split we decode (compressed and uncompressed). */
 const MAX_TAR_SPLIT_BYTES = 128 * 1024 * 1024;
@@ -18,16 +18,18 @@ const LINES_PER_TURN = 2000;
  * end-of-archive blocks) carry their bytes base64-encoded, file entries their content size, and
  * together they are the whole original tar stream.
  *
- * The tar-split frame is checked against the TOC's `tarSplitDigest` (the TOC itself is re-read and
- * checked against the verified `manifestChecksum` first). Undefined when the layer has no tar-split
- * or its TOC names no digest for it; a StoreError when something does not match.
+ * The tar-split frame is checked against the `tarSplitDigest` of the verified TOC (a LayerIndex
+ * exists only once its TOC matched the image's digest, so nothing is read or hashed twice).
+ * Undefined when the layer has no tar-split or its TOC names no digest for it; a StoreError when
+ * something does not match.
  */
 export async function tarSizeFromTarSplit(
   blob: RangeReader,
-  index: Pick<LayerIndex, 'format' | 'blobSize' | 'manifestChecksum'>,
+  index: Pick<LayerIndex, 'format' | 'blobSize' | 'tarSplitDigest'>,
   signal?: AbortSignal,
 ): Promise<number | undefined> {
-  if (index.format !== 'zstd:chunked' || index.manifestChecksum === undefined) return undefined;
+  const expected = index.tarSplitDigest;
+  if (index.format !== 'zstd:chunked' || expected === undefined) return undefined;
   if (blob.size !== index.blobSize || blob.size < CURRENT_FOOTER_SIZE) return undefined;
   const footer = parseZstdFooter(
     await blob.read(blob.size - CURRENT_FOOTER_SIZE, CURRENT_FOOTER_SIZE, signal),
@@ -41,16 +43,6 @@ export async function tarSizeFromTarSplit(
       limit: MAX_TAR_SPLIT_BYTES,
     });
   }
-  // the digest of the tar-split lives in the TOC: re-read it, and make sure it is the verified one
-  const manifest = await blob.read(footer.manifestOffset, footer.manifestLength, signal);
-  if ((await sha256(manifest)) !== index.manifestChecksum) {
-    throw new StoreError('E_DIGEST_MISMATCH', 'TOC bytes changed between two reads', {
-      expected: index.manifestChecksum,
-    });
-  }
-  const toc = await decompressManifest(manifest, footer.manifestUncompressedLength, signal);
-  const expected = findTarSplitDigest(toc);
-  if (expected === undefined) return undefined;
   const compressed = await blob.read(ts.offset, ts.length, signal);
   const actual = await sha256(compressed);
   if (actual !== expected) {
@@ -120,21 +112,4 @@ function entrySize(e: unknown, at: number): number {
     return Buffer.byteLength(r.payload, 'base64');
   }
   throw new StoreError('E_BAD_TOC', `tar-split entry of unknown type ${String(r.type).slice(0, 20)}`, { at });
-}
-
-/**
- * The `tarSplitDigest` of a zstd:chunked TOC, found in its JSON without parsing it again (the key
- * is a top-level field; it cannot occur unescaped inside a JSON string). Undefined when absent.
- */
-export function findTarSplitDigest(tocJson: Buffer): string | undefined {
-  const key = Buffer.from('"tarSplitDigest"');
-  let at = tocJson.lastIndexOf(key);
-  while (at >= 0) {
-    const m = /^\s*:\s*"(sha256:[a-f0-9]{64})"/.exec(
-      tocJson.toString('utf8', at + key.length, at + key.length + 90),
-    );
-    if (m) return m[1];
-    at = at === 0 ? -1 : tocJson.lastIndexOf(key, at - 1);
-  }
-  return undefined;
 }

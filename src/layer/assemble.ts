@@ -1,0 +1,49 @@
+import type { Chunk, TreeNode } from '../format/model.js';
+import { StoreError, type ErrorContext } from '../util/errors.js';
+import { ZEROS, type ChunkBytes } from './chunk-loader.js';
+
+/**
+ * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). `ZEROS`
+ * entries are zeros chunks: only the requested part of them is ever allocated.
+ */
+export function assemble(
+  node: TreeNode,
+  chunks: readonly Chunk[],
+  bufs: readonly ChunkBytes[],
+  offset: number,
+  end: number,
+  context: ErrorContext,
+): Buffer {
+  const first = chunks[0];
+  if (
+    chunks.length === 1 &&
+    first !== undefined &&
+    first.fileOffset <= offset &&
+    first.fileOffset + first.size >= end
+  ) {
+    const b = bufs[0];
+    if (b === ZEROS) return Buffer.alloc(end - offset);
+    return b!.subarray(offset - first.fileOffset, end - first.fileOffset);
+  }
+  const out = Buffer.allocUnsafe(end - offset);
+  let pos = offset;
+  for (let i = 0; i < chunks.length; i++) {
+    const c = chunks[i]!;
+    if (c.fileOffset > pos) break;
+    const from = pos - c.fileOffset;
+    const to = Math.min(end, c.fileOffset + c.size) - c.fileOffset;
+    const b = bufs[i];
+    if (b === ZEROS) out.fill(0, pos - offset, pos - offset + (to - from));
+    else b!.copy(out, pos - offset, from, to);
+    pos += to - from;
+  }
+  if (pos !== end || first === undefined || first.fileOffset > offset) {
+    throw new StoreError('E_BAD_TOC', 'file chunks do not cover the requested range', {
+      ...context,
+      path: node.path,
+      offset,
+      end,
+    });
+  }
+  return out;
+}

@@ -1,0 +1,27 @@
+/**
+ * The seam between the fetch engine and a local store of compressed bytes (restart-resume, the
+ * DiffID check from local bytes). The engine never knows how bytes are kept; it only:
+ *
+ * - asks `localBytes.covered(offset, length)` before every network fetch, and reads covered
+ *   spans with `localBytes.read` (a failed local read falls back to the network);
+ * - hands EVERY compressed byte it receives from the network, exactly once, to
+ *   `onCompressedBytes(offset, data)` (one call per fetched span, after the source returned it,
+ *   before any chunk decoded from it is delivered).
+ *
+ * A fetch asked with `bypassCache` (the DiffID re-check) skips `localBytes` and goes to the
+ * origin; what it receives still goes to `onCompressedBytes` (it may overwrite a bad local copy).
+ */
+export interface LocalCompressedBytes {
+  /** True when every byte of [offset, offset+length) is held locally. Synchronous and cheap. */
+  covered(offset: number, length: number): boolean;
+  /**
+   * Optional: the held parts of [offset, offset+length), sorted and disjoint, so a span partly
+   * held is fetched only for the rest. Without it, a span is local only when `covered` whole.
+   */
+  held?(offset: number, length: number): Array<{ offset: number; length: number }>;
+  /** Exactly `length` bytes, or a rejection (the engine then fetches them from the network). */
+  read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer>;
+}
+
+/** Sink for compressed bytes received from the network. Must not throw; must not keep `data` mutable. */
+export type CompressedBytesSink = (offset: number, data: Buffer) => void;

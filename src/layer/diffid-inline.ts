@@ -1,0 +1,94 @@
+import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
+import type { Transform } from 'node:stream';
+import { createGunzip } from 'node:zlib';
+import { StoreError } from '../util/errors.js';
+import type { Compression } from '../format/model.js';
+
+const zstd = createRequire(import.meta.url)('zstd-napi') as { DecompressStream: new () => Transform };
+
+/**
+ * Pieces handed to the decompressor. gzip inflates on libuv's thread pool, so only the sha256 of
+ * the output runs here; zstd-napi's stream decompresses synchronously, so its pieces are smaller
+ * to keep each event-loop turn short (the FUSE server shares this thread).
+ */
+const PIECE: Record<Compression, number> = { gzip: 256 * 1024, zstd: 64 * 1024 };
+
+/**
+ * sha256 of the decompressed stream of a layer's compressed bytes, fed in order, without a worker
+ * thread (a DiffID worker costs 35-40 MiB of RSS; this costs the decompressor's window). Same
+ * contract as StreamDigest: `write` resolves once the piece was consumed (backpressure),
+ * `beforePiece` runs before each piece (the caller pauses for on-demand work there).
+ * gzip: Node's gunzip continues across concatenated members. zstd: skippable frames (TOC,
+ * tar-split, footer) produce no output, so the digest is over the data frames only.
+ */
+export class InlineStreamDigest {
+  private dec: Transform | undefined;
+  private readonly hash = createHash('sha256');
+  private size = 0;
+  private failure: StoreError | undefined;
+  private finished: Promise<void> | undefined;
+  private destroyed = false;
+
+  constructor(private readonly compression: Compression) {}
+
+  private start(): Transform {
+    if (this.dec !== undefined) return this.dec;
+    if (this.destroyed) throw new StoreError('E_ABORTED', 'diffid stream already closed');
+    const dec =
+      this.compression === 'gzip' ? createGunzip({ chunkSize: 256 * 1024 }) : new zstd.DecompressStream();
+    dec.on('data', (d: Buffer) => {
+      this.hash.update(d);
+      this.size += d.length;
+    });
+    this.finished = new Promise<void>((resolve, reject) => {
+      dec.on('end', resolve);
+      dec.on('error', (e: Error) => {
+        this.failure ??= new StoreError('E_DECOMPRESS', `layer stream does not decompress: ${e.message}`);
+        reject(this.failure);
+      });
+    });
+    this.finished.catch(() => undefined);
+    this.dec = dec;
+    return dec;
+  }
+
+  async write(buf: Buffer, beforePiece?: () => Promise<void>): Promise<void> {
+    const step = PIECE[this.compression];
+    for (let off = 0; off < buf.length; off += step) {
+      if (beforePiece !== undefined) await beforePiece();
+      if (this.failure !== undefined) throw this.failure;
+      const dec = this.start();
+      const piece = buf.subarray(off, Math.min(buf.length, off + step));
+      // a decompressor that failed may never call the write callback: its error ends the wait
+      const written = this.writePiece(dec, piece);
+      written.catch(() => undefined);
+      await Promise.race([this.finished!, written]);
+    }
+  }
+
+  private writePiece(dec: Transform, piece: Buffer): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      dec.write(piece, (err) => {
+        if (err !== null && err !== undefined) {
+          this.failure ??= new StoreError('E_DECOMPRESS', `layer stream does not decompress: ${err.message}`);
+          reject(this.failure);
+        } else resolve();
+      });
+    });
+  }
+
+  async end(): Promise<{ digest: string; size: number }> {
+    if (this.failure !== undefined) throw this.failure;
+    const dec = this.start();
+    dec.end();
+    await this.finished;
+    if (this.failure !== undefined) throw this.failure;
+    return { digest: 'sha256:' + this.hash.digest('hex'), size: this.size };
+  }
+
+  async destroy(): Promise<void> {
+    this.destroyed = true;
+    this.dec?.destroy();
+  }
+}

@@ -1,0 +1,332 @@
+import { raceAbort } from '../util/abort.js';
+import { checkLengths, type BlobRangeSource, type ByteRange } from '../util/blob-read.js';
+import { StoreError, type ErrorContext } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
+
+/** Who asks: on-demand reads and prefetch pin a shared fetch; background work may be preempted. */
+export type Priority = 'on-demand' | 'prefetch' | 'background';
+
+export interface SpanFetchOptions {
+  priority: Priority;
+  signal?: AbortSignal | undefined;
+  /** Fetch from the origin: skip local compressed bytes (the DiffID re-check). */
+  bypassCache?: boolean | undefined;
+}
+
+export interface SpanFetcherContext {
+  source: BlobRangeSource;
+  blobSize: number;
+  localBytes?: LocalCompressedBytes | undefined;
+  onCompressedBytes?: CompressedBytesSink | undefined;
+  /** Compressed bytes received from the network (counted once per fetch). */
+  onFetched(bytes: number): void;
+  logger: Logger;
+  context: ErrorContext;
+}
+
+/** One network call for several spans; aborted only when every interested caller is background and gave up. */
+interface Batch {
+  ctl: AbortController;
+  /** Callers that must not lose it (on-demand / prefetch). */
+  pinned: number;
+  /** Background callers still waiting. */
+  background: number;
+}
+
+interface Flight {
+  offset: number;
+  end: number;
+  promise: Promise<Buffer>;
+  batch: Batch;
+}
+
+interface Segment {
+  offset: number;
+  end: number;
+  data: Promise<Buffer>;
+}
+
+/** Joined flights that failed because someone else's fetch was aborted: re-planned this often. */
+const MAX_REPLANS = 3;
+
+/**
+ * The per-layer table of compressed spans in flight: the one place where a layer's compressed
+ * bytes are fetched. A request subtracts what is already in flight (and waits on it), reads what
+ * the local compressed store holds, and fetches only the rest, in one call to the source. So
+ * on-demand reads, prefetch and background fetch never fetch the same byte twice at once.
+ */
+export class SpanFetcher {
+  private flights: Flight[] = [];
+
+  constructor(private readonly ctx: SpanFetcherContext) {}
+
+  /** Spans currently in flight (tests, status). */
+  inFlight(): ByteRange[] {
+    return this.flights.map((f) => ({ offset: f.offset, length: f.end - f.offset }));
+  }
+
+  /** Exactly the bytes of each range, same order. */
+  async fetch(ranges: readonly ByteRange[], opts: SpanFetchOptions): Promise<Buffer[]> {
+    for (const r of ranges) {
+      if (
+        !Number.isSafeInteger(r.offset) ||
+        !Number.isSafeInteger(r.length) ||
+        r.offset < 0 ||
+        r.length < 0 ||
+        r.offset + r.length > this.ctx.blobSize
+      ) {
+        throw new StoreError('E_INVALID_ARGUMENT', 'compressed range outside the blob', {
+          ...this.ctx.context,
+          offset: r.offset,
+          length: r.length,
+        });
+      }
+    }
+    for (let attempt = 1; ; attempt++) {
+      const joined = new Set<Batch>();
+      const segments = this.plan(ranges, opts, joined);
+      try {
+        const all = Promise.all(segments.map(async (s) => ({ s, data: await s.data })));
+        const parts = await (opts.priority === 'background'
+          ? this.waitBackground(all, joined, opts.signal)
+          : raceAbort(all, opts.signal));
+        return ranges.map((r) => assemble(r, parts, this.ctx.context));
+      } catch (err) {
+        // a shared fetch we joined was aborted by its own (background) owner: plan again
+        if (
+          opts.signal?.aborted ||
+          attempt >= MAX_REPLANS ||
+          ![...joined].some((b) => b.ctl.signal.aborted)
+        ) {
+          throw err;
+        }
+      } finally {
+        for (const b of joined) this.leave(b, opts);
+      }
+    }
+  }
+
+  /**
+   * A preempted background caller gives its fetches up, unless on-demand reads hold every one of
+   * them: then the bytes come anyway, and the caller takes them instead of fetching them again.
+   */
+  private waitBackground<T>(
+    all: Promise<T>,
+    joined: Set<Batch>,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
+    if (signal === undefined) return all;
+    all.catch(() => undefined);
+    return new Promise<T>((resolve, reject) => {
+      // checked a microtask later: the on-demand fetch that preempts us joins our spans in the
+      // same synchronous run, just after aborting the background tasks
+      const onAbort = (): void => {
+        void Promise.resolve().then(() => {
+          if ([...joined].every((b) => b.pinned > 0)) return;
+          reject(signal.reason as Error);
+        });
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      all.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e as Error);
+        },
+      );
+    });
+  }
+
+  /** Cut the ranges into in-flight, local and new spans; start one batch for the new ones. */
+  private plan(ranges: readonly ByteRange[], opts: SpanFetchOptions, joined: Set<Batch>): Segment[] {
+    const segments: Segment[] = [];
+    const fresh: Array<{ offset: number; end: number; segment: Segment }> = [];
+    // a flight whose batch was aborted is about to fail: never join it
+    const flights = this.flights
+      .filter((f) => !f.batch.ctl.signal.aborted)
+      .sort((a, b) => a.offset - b.offset);
+    const local = opts.bypassCache === true ? undefined : this.ctx.localBytes;
+    const gap = (offset: number, end: number): void => {
+      if (end <= offset) return;
+      if (local?.held !== undefined && !local.covered(offset, end - offset)) {
+        // partly held: the held parts locally, the holes from the network
+        let pos = offset;
+        for (const h of local.held(offset, end - offset)) {
+          const from = Math.max(pos, h.offset);
+          const to = Math.min(end, h.offset + h.length);
+          if (to <= from) continue;
+          network(pos, from);
+          localSpan(from, to);
+          pos = to;
+        }
+        network(pos, end);
+        return;
+      }
+      if (local?.covered(offset, end - offset) === true) localSpan(offset, end);
+      else network(offset, end);
+    };
+    const localSpan = (offset: number, end: number): void => {
+      if (end <= offset || local === undefined) return;
+      const data = local
+        .read(offset, end - offset, opts.signal)
+        .then((b) => {
+          if (b.length !== end - offset) throw new Error(`short local read (${b.length} of ${end - offset})`);
+          return b;
+        })
+        // a local copy that cannot be read is fetched again
+        .catch((err: unknown) => {
+          this.ctx.logger.debug({ err, offset }, 'local compressed bytes unreadable; fetching');
+          return this.fetchNow([{ offset, end }], opts)[0]!;
+        });
+      segments.push({ offset, end, data });
+    };
+    const network = (offset: number, end: number): void => {
+      if (end <= offset) return;
+      const seg: Segment = { offset, end, data: Promise.resolve(Buffer.alloc(0)) };
+      fresh.push({ offset, end, segment: seg });
+      segments.push(seg);
+    };
+    for (const r of mergeRanges(ranges)) {
+      let pos = r.offset;
+      for (const f of flights) {
+        if (f.end <= pos || f.offset >= r.end) continue;
+        gap(pos, Math.min(f.offset, r.end));
+        const from = Math.max(pos, f.offset);
+        const to = Math.min(r.end, f.end);
+        const base = f.offset;
+        segments.push({
+          offset: from,
+          end: to,
+          data: f.promise.then((b) => b.subarray(from - base, to - base)),
+        });
+        if (!joined.has(f.batch)) {
+          joined.add(f.batch);
+          this.join(f.batch, opts);
+        }
+        pos = to;
+        if (pos >= r.end) break;
+      }
+      gap(pos, r.end);
+    }
+    if (fresh.length > 0) {
+      const datas = this.fetchNow(fresh, opts, joined);
+      fresh.forEach((f, i) => (f.segment.data = datas[i]!));
+    }
+    return segments;
+  }
+
+  /** Start one network call for `spans`, registered in the in-flight table while it runs. */
+  private fetchNow(
+    spans: ReadonlyArray<{ offset: number; end: number }>,
+    opts: SpanFetchOptions,
+    joined?: Set<Batch>,
+  ): Array<Promise<Buffer>> {
+    const batch: Batch = { ctl: new AbortController(), pinned: 0, background: 0 };
+    if (joined !== undefined) {
+      joined.add(batch);
+      this.join(batch, opts);
+    } else if (opts.priority !== 'background') {
+      // a local-read fallback: nobody else holds it, keep it alive until it settles
+      batch.pinned++;
+    }
+    const ranges = spans.map((s) => ({ offset: s.offset, length: s.end - s.offset }));
+    const call = this.ctx.source
+      .readRanges(ranges, { signal: batch.ctl.signal, bypassCache: opts.bypassCache === true })
+      .then((bufs) => {
+        checkLengths(ranges, bufs, this.ctx.context);
+        let total = 0;
+        for (let i = 0; i < ranges.length; i++) {
+          total += ranges[i]!.length;
+          this.deliver(ranges[i]!.offset, bufs[i]!);
+        }
+        this.ctx.onFetched(total);
+        return bufs;
+      });
+    const flights = spans.map((s, i): Flight => ({
+      offset: s.offset,
+      end: s.end,
+      batch,
+      promise: call.then((b) => b[i]!),
+    }));
+    for (const f of flights) f.promise.catch(() => undefined);
+    this.flights.push(...flights);
+    const done = (): void => {
+      this.flights = this.flights.filter((f) => f.batch !== batch);
+    };
+    call.then(done, done);
+    return flights.map((f) => f.promise);
+  }
+
+  private deliver(offset: number, data: Buffer): void {
+    const sink = this.ctx.onCompressedBytes;
+    if (sink === undefined) return;
+    try {
+      sink(offset, data);
+    } catch (err) {
+      this.ctx.logger.warn({ err, offset }, 'compressed bytes sink failed');
+    }
+  }
+
+  private join(b: Batch, opts: SpanFetchOptions): void {
+    if (opts.priority === 'background') b.background++;
+    else b.pinned++;
+  }
+
+  /**
+   * A caller is done with a batch. A background caller that gave up (preempted, cancelled) aborts
+   * the batch when no on-demand/prefetch caller holds it and no other background caller waits.
+   */
+  private leave(b: Batch, opts: SpanFetchOptions): void {
+    if (opts.priority === 'background') b.background--;
+    else b.pinned--;
+    if (opts.signal?.aborted && b.pinned <= 0 && b.background <= 0 && !b.ctl.signal.aborted) {
+      b.ctl.abort(opts.signal.reason);
+    }
+  }
+}
+
+function mergeRanges(ranges: readonly ByteRange[]): Array<{ offset: number; end: number }> {
+  const sorted = ranges.filter((r) => r.length > 0).sort((a, b) => a.offset - b.offset);
+  const out: Array<{ offset: number; end: number }> = [];
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last !== undefined && r.offset <= last.end) last.end = Math.max(last.end, r.offset + r.length);
+    else out.push({ offset: r.offset, end: r.offset + r.length });
+  }
+  return out;
+}
+
+/** Bytes of `r` from the resolved segments (a view when one segment holds them all). */
+function assemble(
+  r: ByteRange,
+  parts: ReadonlyArray<{ s: Segment; data: Buffer }>,
+  ctx: ErrorContext,
+): Buffer {
+  if (r.length === 0) return Buffer.alloc(0);
+  const end = r.offset + r.length;
+  const covering = parts.filter((p) => p.s.offset < end && p.s.end > r.offset);
+  if (covering.length === 1) {
+    const p = covering[0]!;
+    if (p.s.offset <= r.offset && p.s.end >= end)
+      return p.data.subarray(r.offset - p.s.offset, end - p.s.offset);
+  }
+  covering.sort((a, b) => a.s.offset - b.s.offset);
+  const out = Buffer.allocUnsafe(r.length);
+  let pos = r.offset;
+  for (const p of covering) {
+    if (p.s.offset > pos) break;
+    const to = Math.min(end, p.s.end);
+    if (to <= pos) continue;
+    p.data.copy(out, pos - r.offset, pos - p.s.offset, to - p.s.offset);
+    pos = to;
+  }
+  if (pos !== end) {
+    throw new StoreError('E_IO', 'compressed range not covered after fetch', { ...ctx, offset: r.offset });
+  }
+  return out;
+}

@@ -1,0 +1,76 @@
+import type { BlobStore, LocalBlob } from '../cache/blob-store.js';
+import type { LocalCompressedBytes } from '../layer/compressed-store.js';
+import { asStoreError } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+
+/**
+ * Binds one layer's fetch engine to the local copy of its compressed blob (src/cache/blob-store.ts).
+ *
+ * Layers are created synchronously while opening the local copy is asynchronous (it reads the
+ * coverage record), so until it is open nothing counts as held locally and bytes received in the
+ * meantime are handed over as soon as it opens: no received byte is dropped, so none is fetched
+ * twice. When the local copy cannot be opened (disk full, permissions), the layer simply works
+ * without it, as with no store at all; the reason is logged once.
+ */
+export class LocalBlobBinding implements LocalCompressedBytes {
+  private blob: LocalBlob | undefined;
+  private failed = false;
+  private early: Array<[number, Buffer]> = [];
+  private readonly opened: Promise<LocalBlob | undefined>;
+
+  constructor(
+    private readonly store: BlobStore,
+    readonly digest: string,
+    size: number,
+    logger: Logger,
+  ) {
+    this.opened = store.openBlob(digest, size).then(
+      (blob) => {
+        this.blob = blob;
+        for (const [offset, data] of this.early) blob.onCompressedBytes(offset, data);
+        this.early = [];
+        return blob;
+      },
+      (err: unknown) => {
+        this.failed = true;
+        this.early = [];
+        logger.warn(
+          { err: asStoreError(err, 'E_IO'), digest },
+          'local blob copy unavailable; fetching without it',
+        );
+        return undefined;
+      },
+    );
+  }
+
+  covered(offset: number, length: number): boolean {
+    return this.blob?.covered(offset, length) ?? false;
+  }
+
+  held(offset: number, length: number): Array<{ offset: number; length: number }> {
+    return this.blob?.held(offset, length) ?? [];
+  }
+
+  read(offset: number, length: number): Promise<Buffer> {
+    if (this.blob === undefined) return Promise.reject(new Error('local blob copy not open'));
+    return this.blob.read(offset, length);
+  }
+
+  /** The engine's sink: every compressed byte received from the network. */
+  readonly onCompressedBytes = (offset: number, data: Buffer): void => {
+    if (this.blob !== undefined) this.blob.onCompressedBytes(offset, data);
+    else if (!this.failed) this.early.push([offset, data]);
+  };
+
+  /** The layer is fully verified: its chunks are cached, the compressed copy is no longer needed. */
+  async discard(): Promise<void> {
+    await this.opened;
+    await this.store.remove(this.digest);
+  }
+
+  /** Before a re-check from the origin: forget the local bytes so fresh ones replace them. */
+  async invalidate(): Promise<void> {
+    const blob = await this.opened;
+    await blob?.invalidate(0, blob.size);
+  }
+}

@@ -1,0 +1,391 @@
+/**
+ * The layer fetch engine: in-flight span sharing, the local compressed-bytes seam, preemption that
+ * keeps received bytes, the quiet period and the bypassCache re-check. Time is a ManualClock and
+ * requests are held and released one by one: nothing here depends on the machine's speed.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { BlobStore } from '../../src/cache/blob-store.js';
+import { ChunkCache } from '../../src/cache/index.js';
+import {
+  FetchScheduler,
+  LazyLayer,
+  SpanFetcher,
+  type BlobSource,
+  type ByteRange,
+  type LazyLayerOptions,
+  type ReadRangesOptions,
+} from '../../src/layer/index.js';
+import { ManualClock } from '../../src/util/clock.js';
+import { StoreError } from '../../src/util/errors.js';
+import { silentLogger } from '../../src/util/logger.js';
+import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256, type Fixture } from './layer-fixture.js';
+
+interface Held {
+  ranges: ByteRange[];
+  bypassCache: boolean;
+  release: () => void;
+  settled: boolean;
+  aborted: boolean;
+}
+
+/** Every request waits until the test releases it (or `auto` is on); an abort ends it at once. */
+class HeldSource implements BlobSource {
+  held: Held[] = [];
+  auto = false;
+  /** Offsets whose byte is flipped, for requests without bypassCache (a bad cache on the way). */
+  corruptUnlessBypass = new Set<number>();
+  /** Offsets flipped in the first response covering them only (a transient bad read). */
+  corruptOnce = new Set<number>();
+
+  constructor(private readonly blob: Buffer) {}
+
+  get size(): number {
+    return this.blob.length;
+  }
+
+  async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
+    return (await this.readRanges([{ offset, length }], { signal }))[0]!;
+  }
+
+  async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const h: Held = {
+      ranges: ranges.map((r) => ({ ...r })),
+      bypassCache: opts.bypassCache === true,
+      release,
+      settled: false,
+      aborted: false,
+    };
+    this.held.push(h);
+    if (this.auto) release();
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        h.aborted = true;
+        reject(new StoreError('E_ABORTED', 'aborted'));
+      };
+      if (opts.signal?.aborted) onAbort();
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      void released.then(() => {
+        opts.signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+    });
+    h.settled = true;
+    return ranges.map((r) => {
+      const out = Buffer.from(this.blob.subarray(r.offset, r.offset + r.length));
+      for (let i = 0; i < out.length; i++) {
+        const at = r.offset + i;
+        if (!h.bypassCache && this.corruptUnlessBypass.has(at)) out[i] = out[i]! ^ 0x5a;
+        if (this.corruptOnce.delete(at)) out[i] = out[i]! ^ 0x5a;
+      }
+      return out;
+    });
+  }
+
+  releaseAll(): void {
+    this.auto = true;
+    for (const h of this.held) h.release();
+  }
+
+  /** Requests that delivered bytes (not aborted). */
+  delivered(): ByteRange[] {
+    return this.held.filter((h) => h.settled && !h.aborted).flatMap((h) => h.ranges);
+  }
+}
+
+async function settle(rounds = 30): Promise<void> {
+  for (let i = 0; i < rounds; i++) await new Promise<void>((r) => setImmediate(r));
+}
+
+let root: string;
+let cache: ChunkCache;
+const layers: LazyLayer[] = [];
+
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'layer-engine-'));
+  cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 0 });
+});
+afterEach(async () => {
+  for (const l of layers.splice(0)) await l.close();
+  await cache.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+function makeLayer(fx: Fixture, source: BlobSource, extra: Partial<LazyLayerOptions> = {}): LazyLayer {
+  const layer = new LazyLayer({
+    index: fx.index,
+    source,
+    cache,
+    layerKey: 'sha256:' + 'cd'.repeat(32),
+    scheduler: new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: 0 }),
+    backgroundFetch: false,
+    prefetch: false,
+    ...extra,
+  });
+  layers.push(layer);
+  return layer;
+}
+
+describe('SpanFetcher', () => {
+  it('two overlapping requests: the second waits for the first and fetches only the rest', async () => {
+    const blob = Buffer.from(Array.from({ length: 4000 }, (_, i) => i % 251));
+    const source = new HeldSource(blob);
+    let fetched = 0;
+    const f = new SpanFetcher({
+      source,
+      blobSize: blob.length,
+      onFetched: (n) => (fetched += n),
+      logger: silentLogger,
+      context: {},
+    });
+    const a = f.fetch([{ offset: 0, length: 1000 }], { priority: 'on-demand' });
+    const b = f.fetch(
+      [
+        { offset: 500, length: 1000 },
+        { offset: 3000, length: 10 },
+      ],
+      { priority: 'background' },
+    );
+    expect(source.held.map((h) => h.ranges)).toEqual([
+      [{ offset: 0, length: 1000 }],
+      [
+        { offset: 1000, length: 500 },
+        { offset: 3000, length: 10 },
+      ],
+    ]);
+    source.releaseAll();
+    const [[x], [y, z]] = await Promise.all([a, b]);
+    expect(x!.equals(blob.subarray(0, 1000))).toBe(true);
+    expect(y!.equals(blob.subarray(500, 1500))).toBe(true);
+    expect(z!.equals(blob.subarray(3000, 3010))).toBe(true);
+    expect(fetched).toBe(1510);
+    expect(f.inFlight()).toEqual([]);
+  });
+
+  it('reads covered spans from the local store, and bypassCache goes to the origin', async () => {
+    const blob = Buffer.from(Array.from({ length: 2000 }, (_, i) => i % 13));
+    const source = new HeldSource(blob);
+    source.auto = true;
+    const local = new MemoryLocalBytes(blob.length);
+    local.sink(0, blob.subarray(0, 1000));
+    const f = new SpanFetcher({
+      source,
+      blobSize: blob.length,
+      localBytes: local,
+      onCompressedBytes: local.sink,
+      onFetched: () => undefined,
+      logger: silentLogger,
+      context: {},
+    });
+    const [a] = await f.fetch([{ offset: 200, length: 1000 }], { priority: 'on-demand' });
+    expect(a!.equals(blob.subarray(200, 1200))).toBe(true);
+    expect(source.held.map((h) => h.ranges)).toEqual([[{ offset: 1000, length: 200 }]]);
+    const [b] = await f.fetch([{ offset: 0, length: 100 }], { priority: 'background', bypassCache: true });
+    expect(b!.equals(blob.subarray(0, 100))).toBe(true);
+    expect(source.held.at(-1)).toMatchObject({ ranges: [{ offset: 0, length: 100 }], bypassCache: true });
+  });
+});
+
+describe('LazyLayer fetch engine', () => {
+  it('a preempted background fetch keeps the units it received; every byte is received once', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new HeldSource(fx.blob);
+    const local = new MemoryLocalBytes(fx.blob.length);
+    const scheduler = new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: 0 });
+    const layer = makeLayer(fx, source, {
+      scheduler,
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      backgroundUnitBytes: 4096,
+      backgroundWindow: 1,
+      localBytes: local,
+      onCompressedBytes: local.sink,
+    });
+    layer.start();
+    await vi.waitFor(() => expect(source.held.length).toBe(1));
+    const first = source.held[0]!;
+    first.release(); // unit 1 arrives
+    await vi.waitFor(() => expect(source.held.length).toBe(2));
+    const second = source.held[1]!; // unit 2 in flight
+    // an on-demand read far from unit 2 preempts it
+    const big = fx.nodes.get('big')!;
+    const last = big.chunks[big.chunks.length - 1]!;
+    const read = layer.read(big, last.fileOffset, 10);
+    await vi.waitFor(() => expect(second.aborted).toBe(true));
+    source.releaseAll();
+    expect((await read).equals(fx.files.get('big')!.subarray(last.fileOffset, last.fileOffset + 10))).toBe(
+      true,
+    );
+    await layer.whenBackgroundDone();
+    expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
+    expect(scheduler.stats().preemptions).toBeGreaterThanOrEqual(1);
+    // unit 1 was never asked for again; the on-demand span was read back from the local store
+    const unit1 = first.ranges[0]!;
+    expect(source.held.filter((h) => h.ranges.some((r) => r.offset === unit1.offset))).toHaveLength(1);
+    expect(local.reads).toBeGreaterThan(0);
+    local.expectEachByteOnce(fx.blob.length);
+    expect(layer.state().bytesFetched).toBe(fx.blob.length);
+  });
+
+  it('background fetch waits the quiet period after start(), before any read (injected clock)', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const clock = new ManualClock();
+    const scheduler = new FetchScheduler({ quietMs: 2000, bandwidthBytesPerSec: 0, clock });
+    const layer = makeLayer(fx, source, { scheduler, backgroundFetch: true, expectedDiffID: fx.diffID });
+    layer.start();
+    await layer.whenPrefetched();
+    await settle();
+    clock.advance(1999);
+    await settle();
+    expect(source.held).toHaveLength(0);
+    clock.advance(1);
+    await layer.whenBackgroundDone();
+    expect(layer.state().fullyVerified).toBe(true);
+  });
+
+  it('background fetch starts only after the quiet period following the last read (injected clock)', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const clock = new ManualClock();
+    const scheduler = new FetchScheduler({ quietMs: 3000, bandwidthBytesPerSec: 0, clock });
+    const layer = makeLayer(fx, source, { scheduler, backgroundFetch: true, expectedDiffID: fx.diffID });
+    const small = fx.nodes.get('small0')!;
+    await layer.read(small, 0, 1); // t = 0
+    const afterRead = source.held.length;
+    layer.start();
+    await layer.whenPrefetched();
+    await settle();
+    clock.advance(2999);
+    await settle();
+    expect(source.held.length).toBe(afterRead);
+    clock.advance(1);
+    await layer.whenBackgroundDone();
+    expect(source.held.length).toBeGreaterThan(afterRead);
+    expect(layer.state().fullyVerified).toBe(true);
+  });
+
+  it('background bytes are paced by the bandwidth bound (injected clock)', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const clock = new ManualClock();
+    const rate = 10_000; // bytes/s
+    const scheduler = new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: rate, clock });
+    const layer = makeLayer(fx, source, { scheduler, backgroundFetch: true, backgroundUnitBytes: 4096 });
+    layer.start();
+    let done = false;
+    void layer.whenBackgroundDone().then(() => (done = true));
+    const fetchedAt = (): number => source.delivered().reduce((n, r) => n + r.length, 0);
+    for (let t = 0; !done; t += 100) {
+      await settle();
+      // never more than the rate allows, plus the one unit that may start at once
+      expect(fetchedAt()).toBeLessThanOrEqual((rate * clock.now()) / 1000 + 8192);
+      clock.advance(100);
+      expect(t).toBeLessThan(1_000_000); // the pass ends
+    }
+    expect(clock.now()).toBeGreaterThanOrEqual((fetchedAt() - 8192) / (rate / 1000));
+    expect(layer.state().backgroundDone).toBe(true);
+  });
+
+  it('a DiffID mismatch from bad local bytes is cured by the re-check, which bypasses the local store', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'gzip');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const local = new MemoryLocalBytes(fx.blob.length);
+    // a local copy of the whole blob whose trailing (TOC) member is damaged: no chunk lives there,
+    // so only the whole-stream DiffID can notice
+    local.sink(0, fx.blob);
+    const toc = fx.members[fx.members.length - 1]!;
+    const mid = (toc.offset + toc.end) >> 1;
+    local.bytes[mid] = local.bytes[mid]! ^ 0x5a;
+    local.received.length = 0;
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      expectedDiffID: fx.diffID,
+      localBytes: local,
+      onCompressedBytes: local.sink,
+      retryDelayMs: 1,
+    });
+    layer.start();
+    await layer.whenBackgroundDone();
+    const st = layer.state();
+    expect(st).toMatchObject({ bad: false, fullyVerified: true, uncompressedSize: fx.uncompressedSize });
+    // the damaged member does not even decompress: that pass failed, the next one went to the origin
+    expect(st.lastError).toMatch(/E_DECOMPRESS/);
+    // the first pass read only local bytes; the re-check fetched the whole blob from the origin
+    const fromOrigin = source.held.filter((h) => h.bypassCache).flatMap((h) => h.ranges);
+    expect(fromOrigin.reduce((n, r) => n + r.length, 0)).toBe(fx.blob.length);
+    expect(source.held.every((h) => h.bypassCache)).toBe(true);
+  });
+
+  it('a transient bad read is cured by the re-check with freshly fetched bytes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const toc = fx.members[fx.members.length - 1]!;
+    source.corruptOnce.add((toc.offset + toc.end) >> 1);
+    const layer = makeLayer(fx, source, { backgroundFetch: true, expectedDiffID: fx.diffID });
+    layer.start();
+    await layer.whenBackgroundDone();
+    expect(layer.state()).toMatchObject({ bad: false, fullyVerified: true });
+    expect(source.held.some((h) => h.bypassCache)).toBe(true);
+  });
+
+  it('prefetch coalesces neighbouring chunk spans into one request', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const prefetchEnd = fx.members[fx.members.length - 1]!.offset;
+    const layer = makeLayer(
+      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: prefetchEnd } } },
+      source,
+      { prefetch: true },
+    );
+    layer.start();
+    await layer.whenPrefetched();
+    expect(source.held).toHaveLength(1);
+    expect(source.held[0]!.ranges).toHaveLength(1);
+    for (const [path, content] of fx.files) {
+      expect((await layer.read(fx.nodes.get(path)!, 0, content.length)).equals(content)).toBe(true);
+    }
+    expect(source.held).toHaveLength(1);
+  });
+});
+
+describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
+  it('a second layer on the same blob store re-verifies the DiffID from local bytes: zero network bytes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const key = sha256(fx.blob);
+    const run = async (): Promise<{ held: HeldSource; fetched: number }> => {
+      const store = await BlobStore.open({ root });
+      const blob = await store.openBlob(key, fx.blob.length);
+      const source = new HeldSource(fx.blob);
+      source.auto = true;
+      const layer = makeLayer(fx, source, {
+        backgroundFetch: true,
+        expectedDiffID: fx.diffID,
+        localBytes: blob,
+        onCompressedBytes: blob.onCompressedBytes,
+      });
+      layer.start();
+      await layer.whenBackgroundDone();
+      expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
+      const fetched = layer.state().bytesFetched;
+      await layer.close();
+      await store.close();
+      return { held: source, fetched };
+    };
+    const first = await run();
+    expect(first.fetched).toBe(fx.blob.length);
+    const second = await run();
+    expect(second.fetched).toBe(0);
+    expect(second.held.held).toHaveLength(0);
+  });
+});
