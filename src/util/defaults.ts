@@ -32,3 +32,9 @@ export const BACKGROUND_DEFAULTS = {
   quietMs: 2000,
   bandwidthBytesPerSec: 32 * MiB,
 } as const;
+
+/**
+ * `max_toc_entries`: layers whose TOC has more entries are refused early. Same value as
+ * format/open-layer.ts DEFAULT_MAX_ENTRIES (kept here so loading the config does not load format/).
+ */
+export const MAX_TOC_ENTRIES = 1_000_000;

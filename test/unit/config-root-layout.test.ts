@@ -63,3 +63,25 @@ describe('the --root layout has one owner (util/root-layout.ts)', () => {
     }
   });
 });
+
+describe('defaults shared with lower layers', () => {
+  it('max_toc_entries defaults to the format reader own cap', async () => {
+    const { DEFAULT_MAX_ENTRIES } = await import('../../src/format/open-layer.js');
+    expect(buildConfig(undefined, { mountpoint: '/m' }).config.maxTocEntries).toBe(DEFAULT_MAX_ENTRIES);
+  });
+
+  it('the background quiet period and the memory LRU default to the config defaults', async () => {
+    const { FetchScheduler } = await import('../../src/layer/scheduler.js');
+    const { config } = buildConfig(undefined, { mountpoint: '/m' });
+    expect(new FetchScheduler({}).quietMs).toBe(config.background.quietMs);
+    const { ChunkCache } = await import('../../src/cache/chunk-cache.js');
+    const root = await mkdtemp(join(tmpdir(), 'defaults-'));
+    try {
+      const cache = await ChunkCache.open({ root });
+      expect(cache.memoryLimit).toBe(config.cache.memoryBytes);
+      await cache.close();
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,12 +1,12 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { formatPlatform, hostPlatform } from '../../registry/platform.js';
-import { DEFAULT_MAX_ENTRIES } from '../../format/open-layer.js';
 import {
   BACKGROUND_DEFAULTS,
   CACHE_DEFAULTS,
   DEADLINE_DEFAULTS_SEC,
   IDLE_LAYER_TTL_SEC,
+  MAX_TOC_ENTRIES,
 } from '../../util/defaults.js';
 import {
   absPathOrEmpty,
@@ -232,7 +232,7 @@ export const fileSchema = z.object({
   ),
   max_concurrency: int(2, 'background fetch tasks', { zeroIsDefault: true, min: 1 }),
   max_toc_entries: int(
-    DEFAULT_MAX_ENTRIES,
+    MAX_TOC_ENTRIES,
     'layers whose TOC has more entries are refused early (E_TOO_MANY_ENTRIES): clients pull them',
     { zeroIsDefault: true, min: 1 },
   ),
