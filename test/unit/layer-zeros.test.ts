@@ -3,7 +3,6 @@
  * must cost the requested bytes, not the hole: a synthetic index (no real blob needed) with data
  * chunks around holes of 512 MiB and 4 GiB + 4 KiB (beyond the largest Buffer).
  */
-import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,12 +19,12 @@ import { TestSource } from './layer-fixture.js';
 const MiB = 1 << 20;
 const sha = (b: Uint8Array): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
 
-/** sha256 of `n` zero bytes by coreutils + openssl (independent of the code under test). */
-function zerosDigestCli(n: number): string {
-  const out = execFileSync('sh', ['-c', `head -c ${n} /dev/zero | openssl dgst -sha256 -r`], {
-    encoding: 'utf8',
-  });
-  return 'sha256:' + out.slice(0, 64);
+/** sha256 of `n` zero bytes, hashed here a MiB at a time (independent of the code under test). */
+function zerosDigest(n: number): string {
+  const h = createHash('sha256');
+  const block = Buffer.alloc(MiB);
+  for (let left = n; left > 0; left -= MiB) h.update(left >= MiB ? block : block.subarray(0, left));
+  return 'sha256:' + h.digest('hex');
 }
 
 /**
@@ -130,18 +129,23 @@ function holeyLayer(holeSize: number, holeDigest: string): Holey {
   return { index, blob, node, head, tail, holeSize };
 }
 
-/** Peak growth (MiB) of RSS and of ArrayBuffer memory while `fn` runs, plus event-loop lag. */
+/**
+ * Peak growth (MiB) of RSS and of ArrayBuffer memory while `fn` runs, plus event-loop lag (logged)
+ * and the number of 1 ms timer turns the loop managed meanwhile (asserted: counted, not timed).
+ */
 async function measure<T>(
   fn: () => Promise<T>,
-): Promise<{ value: T; rssMiB: number; abMiB: number; lagMs: number }> {
+): Promise<{ value: T; rssMiB: number; abMiB: number; lagMs: number; ticks: number }> {
   const base = process.memoryUsage();
   let rss = base.rss;
   let ab = base.arrayBuffers;
   let lag = 0;
+  let ticks = 0;
   let last = performance.now();
   const timer = setInterval(() => {
     const now = performance.now();
     lag = Math.max(lag, now - last - 1);
+    ticks++;
     last = now;
     const m = process.memoryUsage();
     rss = Math.max(rss, m.rss);
@@ -152,7 +156,13 @@ async function measure<T>(
     const m = process.memoryUsage();
     rss = Math.max(rss, m.rss);
     ab = Math.max(ab, m.arrayBuffers);
-    return { value, rssMiB: (rss - base.rss) / MiB, abMiB: (ab - base.arrayBuffers) / MiB, lagMs: lag };
+    return {
+      value,
+      rssMiB: (rss - base.rss) / MiB,
+      abMiB: (ab - base.arrayBuffers) / MiB,
+      lagMs: lag,
+      ticks,
+    };
   } finally {
     clearInterval(timer);
   }
@@ -183,7 +193,7 @@ function layerFor(h: Holey, source: TestSource): LazyLayer {
 
 describe('zeros chunks (holes) are served without materialising them', () => {
   it('a 512 MiB hole: first 4 KiB read verifies once with bounded memory, later reads are instant', async () => {
-    const h = holeyLayer(512 * MiB, zerosDigestCli(512 * MiB));
+    const h = holeyLayer(512 * MiB, zerosDigest(512 * MiB));
     const source = new TestSource(h.blob);
     const layer = layerFor(h, source);
     const mid = 4096 + 200 * MiB;
@@ -192,19 +202,24 @@ describe('zeros chunks (holes) are served without materialising them', () => {
     const first = await measure(() => layer.read(h.node, mid, 4096));
     expect(first.value.equals(Buffer.alloc(4096))).toBe(true);
     expect(source.requestCount).toBe(0);
-    const t0 = performance.now();
-    const again = await layer.read(h.node, mid + 77 * MiB, 128 * 1024);
-    const againMs = performance.now() - t0;
+    // verified once: a later read of the hole is answered before the next macrotask (no worker hash)
+    const reading = layer.read(h.node, mid + 77 * MiB, 128 * 1024);
+    const immediate = await Promise.race([
+      reading.then(() => true),
+      new Promise<boolean>((r) => setImmediate(() => r(false))),
+    ]);
+    const again = await reading;
     expect(again.equals(Buffer.alloc(128 * 1024))).toBe(true);
+    expect(immediate).toBe(true);
     console.log(
       `512 MiB hole: first 4 KiB read RSS +${first.rssMiB.toFixed(0)} MiB, ArrayBuffers ` +
-        `+${first.abMiB.toFixed(0)} MiB, max lag ${first.lagMs.toFixed(1)} ms; next read ${againMs.toFixed(2)} ms`,
+        `+${first.abMiB.toFixed(0)} MiB, max lag ${first.lagMs.toFixed(1)} ms`,
     );
     expect(first.abMiB).toBeLessThan(32);
     expect(first.rssMiB).toBeLessThan(64);
-    // hashing runs on a worker; a loose bound, since a shared 2-core machine adds scheduling lag
-    expect(first.lagMs).toBeLessThan(250);
-    expect(againMs).toBeLessThan(20);
+    // hashing runs on a worker: the loop keeps turning (one synchronous hash would allow ~none);
+    // lag is only logged, as a shared 2-core machine adds scheduling noise
+    expect(first.ticks).toBeGreaterThanOrEqual(20);
     // across the data/hole boundaries: real bytes and zeros stitched exactly
     const a = await layer.read(h.node, 4096 - 100, 300);
     expect(a.equals(Buffer.concat([h.head.subarray(4096 - 100), Buffer.alloc(200)]))).toBe(true);
@@ -230,7 +245,7 @@ describe('zeros chunks (holes) are served without materialising them', () => {
       `4 GiB + 4 KiB hole: first read RSS +${r.rssMiB.toFixed(0)} MiB, max lag ${r.lagMs.toFixed(1)} ms`,
     );
     expect(r.rssMiB).toBeLessThan(64);
-    expect(r.lagMs).toBeLessThan(250);
+    expect(r.ticks).toBeGreaterThanOrEqual(20);
     // the end of the hole and the tail data, by the format-level reader
     const end = 4096 + HOLE_4G;
     const viaFormat = await measure(() =>

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { BoundedMap } from '../../src/registry/bounded-map.js';
 import { MemoryCredentialProvider, RegistryClient, parseReference } from '../../src/registry/index.js';
 import { startFaultServer, type FaultServer } from '../helpers/fault-server.js';
@@ -74,16 +74,19 @@ describe('bounded name-keyed caches', () => {
     });
 
     it('expired tag answers do not pile up', async () => {
+      // expiry follows the wall clock (Date): move it instead of sleeping past the TTL
+      vi.useFakeTimers({ toFake: ['Date'] });
       const c = new RegistryClient({ tagTtlMs: 5 });
       try {
         for (let i = 0; i < TAGS; i++) {
           await c.resolveImage(parseReference(`${srv.host}/repo:t${i}`));
-          if (i % 50 === 0) await new Promise((r) => setTimeout(r, 10));
+          if (i % 50 === 0) vi.setSystemTime(Date.now() + 10);
         }
-        await new Promise((r) => setTimeout(r, 10));
+        vi.setSystemTime(Date.now() + 10);
         await c.resolveImage(parseReference(`${srv.host}/repo:t0`));
         expect(c.cacheSizes().tags).toBeLessThan(TAGS / 2);
       } finally {
+        vi.useRealTimers();
         await c.close();
       }
     });

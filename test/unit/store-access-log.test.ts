@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   AccessLog,
   ByteCoverage,
@@ -134,14 +134,19 @@ describe('access log: batching, bound and flushing', () => {
   });
 
   it('writes a partial batch after flushMs, not before', async () => {
-    const sink = new HeldSink();
-    const log = new AccessLog(sink, { batchLines: 100, flushMs: 80 });
-    log.opened(target('only'));
-    await new Promise((r) => setTimeout(r, 20));
-    expect(sink.writes).toEqual([]);
-    await new Promise((r) => setTimeout(r, 150));
-    expect(sink.writes.map((w) => w.length)).toEqual([1]);
-    await log.close();
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const sink = new HeldSink();
+      const log = new AccessLog(sink, { batchLines: 100, flushMs: 80 });
+      log.opened(target('only'));
+      await vi.advanceTimersByTimeAsync(79);
+      expect(sink.writes).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(sink.writes.map((w) => w.length)).toEqual([1]);
+      await log.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('holds at most maxPending lines while the writer is stuck, drops and counts the rest', async () => {

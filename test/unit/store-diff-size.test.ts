@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createHash } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -135,12 +135,23 @@ describe('OLD info diff-size', () => {
     // the engine finished its full pass: it now knows the DiffID stream length
     const measured = first['diff-size'] === 123_456 ? 654_321 : 123_456;
     engine.measured = measured;
-    await new Promise((r) => setTimeout(r, 1100));
-    // this name's info keeps its bytes (its size is in the kernel's attribute cache) ...
-    expect(await info(s, ref, d)).toEqual(first);
-    // ... the record gets the measured size, and a restarted store (registry down) serves it
-    await new Promise((r) => setTimeout(r, 100));
-    expect(await savedRecord(root, ref, d)).toMatchObject({ diffSize: measured, diffSizeSource: 'measured' });
+    // the estimate is re-checked at most once a second: move the wall clock instead of sleeping
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(Date.now() + 1100);
+      // this name's info keeps its bytes (its size is in the kernel's attribute cache) ...
+      expect(await info(s, ref, d)).toEqual(first);
+    } finally {
+      vi.useRealTimers();
+    }
+    // ... the record gets the measured size (written asynchronously), and a restarted store
+    // (registry down) serves it
+    await vi.waitFor(async () =>
+      expect(await savedRecord(root, ref, d)).toMatchObject({
+        diffSize: measured,
+        diffSizeSource: 'measured',
+      }),
+    );
     registry.down = true;
     try {
       const s2 = open(createLayer);

@@ -1,6 +1,7 @@
 /**
  * `stargz-store layer inspect|cat|build`, run as a real process from a fresh compile of the
  * project (tsc into a temp dir, so a concurrent `npm run build` elsewhere does not interfere).
+ * Integration: needs a full compile and GNU tar.
  */
 import { spawn } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
@@ -39,18 +40,23 @@ beforeAll(async () => {
   await symlink(join(ROOT, 'node_modules'), join(work, 'node_modules'));
   await writeFile(join(work, 'package.json'), '{"type":"module"}\n');
   const outDir = join(work, 'dist');
-  // other areas may be mid-edit: tsc still emits; what matters is that main.js exists
-  await new Promise<void>((done) => {
+  // a compile with type errors fails the suite (it used to pass as long as tsc emitted main.js)
+  const diagnostics: Buffer[] = [];
+  const code = await new Promise<number | null>((done, fail) => {
     const tsc = spawn(
       process.execPath,
       [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', outDir],
       {
         cwd: ROOT,
-        stdio: 'ignore',
+        stdio: ['ignore', 'pipe', 'pipe'],
       },
     );
-    tsc.on('close', () => done());
+    tsc.stdout.on('data', (d: Buffer) => diagnostics.push(d));
+    tsc.stderr.on('data', (d: Buffer) => diagnostics.push(d));
+    tsc.on('error', fail);
+    tsc.on('close', done);
   });
+  if (code !== 0) throw new Error(`tsc exited with ${code}:\n${Buffer.concat(diagnostics).toString()}`);
   mainJs = join(outDir, 'src/cli/main.js');
   await stat(mainJs); // fails loudly if the compile produced nothing
 }, 300_000);
