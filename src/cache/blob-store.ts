@@ -3,6 +3,7 @@ import * as fsp from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { rootLayout } from '../util/root-layout.js';
 import { IntervalSet, type Interval } from './interval-set.js';
 import { digestHex } from './paths.js';
 
@@ -128,7 +129,7 @@ export class BlobStore {
   /** @internal */ readonly counters = { bytesWritten: 0, bytesRefused: 0, writeErrors: 0, checkpoints: 0 };
 
   private constructor(opts: BlobStoreOptions) {
-    this.dir = join(opts.root, 'blobs', 'sha256');
+    this.dir = rootLayout(opts.root).blobs;
     this.fs = opts.fs ?? nodeFs;
     this.logger = opts.logger ?? silentLogger;
     this.budget = opts.budget;

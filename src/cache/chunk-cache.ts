@@ -8,17 +8,18 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
+import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 export interface ChunkCacheOptions {
   /** Store root; the cache lives in `<root>/cache`. */
   root: string;
-  /** Disk bound in bytes (block-rounded sizes of chunk files). Default 20 GiB. */
+  /** Disk bound in bytes (block-rounded sizes of chunk files). Default CACHE_DEFAULTS (10 GiB). */
   maxBytes?: number;
-  /** Keep at least this much free space on the cache filesystem (statfs). Default 1 GiB. */
+  /** Keep at least this much free space on the cache filesystem (statfs). Default CACHE_DEFAULTS (1 GiB). */
   minFreeBytes?: number;
   /** Bounds the in-memory index (about 150 bytes per entry). Default 1 000 000 chunks. */
   maxEntries?: number;
-  /** In-memory LRU budget in bytes. Default 256 MiB. */
+  /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (32 MiB). */
   memoryBytes?: number;
   /** Minimum interval between statfs calls. Default 1000 ms. */
   statfsIntervalMs?: number;
@@ -95,12 +96,12 @@ export class ChunkCache {
 
   private constructor(opts: ChunkCacheOptions) {
     this.paths = new CachePaths(opts.root);
-    this.maxBytes = opts.maxBytes ?? 20 * 1024 ** 3;
-    this.minFreeBytes = opts.minFreeBytes ?? 1024 ** 3;
+    this.maxBytes = opts.maxBytes ?? CACHE_DEFAULTS.maxBytes;
+    this.minFreeBytes = opts.minFreeBytes ?? CACHE_DEFAULTS.minFreeBytes;
     this.maxEntries = opts.maxEntries ?? 1_000_000;
     this.statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
     this.logger = opts.logger ?? silentLogger;
-    this.memory = new MemoryLru(opts.memoryBytes ?? 32 * 1024 * 1024);
+    this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes);
     for (const [k, v] of Object.entries({
       maxBytes: this.maxBytes,
       minFreeBytes: this.minFreeBytes,

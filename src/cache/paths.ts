@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { StoreError } from '../util/errors.js';
+import { rootLayout } from '../util/root-layout.js';
 
 /** Only this exact shape ever reaches the filesystem: a TOC-supplied digest must not become a path. */
 const DIGEST_RE = /^sha256:([0-9a-f]{64})$/;
@@ -19,16 +20,17 @@ export function isValidDigest(digest: string): boolean {
   return DIGEST_RE.test(digest);
 }
 
-/** Directory layout under `<root>/cache`. */
+/** Directory layout under `<root>/cache` (decided by util/root-layout.ts). */
 export class CachePaths {
   readonly base: string;
   readonly chunks: string;
   readonly tmp: string;
 
   constructor(root: string) {
-    this.base = join(root, 'cache');
-    this.chunks = join(this.base, 'chunks', 'sha256');
-    this.tmp = join(this.base, 'tmp');
+    const layout = rootLayout(root);
+    this.base = layout.cache;
+    this.chunks = layout.chunks;
+    this.tmp = layout.cacheTmp;
   }
 
   chunkDir(hex: string): string {

@@ -16,8 +16,9 @@ import { Transport, dump } from '../registry/transport.js';
 import { loadConfig, type StoreConfig } from '../store/config.js';
 import { controlRequest } from '../store/control-socket.js';
 import { asStoreError } from '../util/errors.js';
-import { authFilePaths, hostsFromStoreConfig } from './serve-command.js';
+import { authFilePaths, hostsFromStoreConfig } from './config-options.js';
 import { formatBytes } from './status-command.js';
+import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 /**
  * `stargz-store doctor`: checks the node's set-up for lazy pulling, one line each with the fix.
@@ -244,7 +245,7 @@ async function nearestDir(p: string): Promise<string> {
 async function checkCache(o: DoctorOptions, config: StoreConfig | undefined): Promise<DoctorCheck> {
   const id = 'cache';
   const min = config?.cache.minFreeBytes ?? 1024 ** 3;
-  const max = config?.cache.maxBytes ?? 10 * 1024 ** 3;
+  const max = config?.cache.maxBytes ?? CACHE_DEFAULTS.maxBytes;
   const where = await nearestDir(o.root);
   try {
     const st = await statfs(where);

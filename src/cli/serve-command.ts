@@ -1,9 +1,8 @@
 import { Command } from 'commander';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
-import { homedir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import {
   loadConfig,
   DEFAULT_ADDR,
@@ -11,7 +10,6 @@ import {
   DEFAULT_ROOT,
   type ConfigFlags,
   type StoreConfig,
-  type TlsFiles,
 } from '../store/config.js';
 import {
   controlRequest,
@@ -26,12 +24,19 @@ import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
 // loaded by buildStore(), so `--help`, `--version` and the other commands start fast.
 import type { BlobStore, ChunkCache } from '../cache/index.js';
-import type { HostsConfig, MirrorConfig as RegistryMirror } from '../registry/index.js';
-import { defaultAuthFilePaths } from '../registry/auth-files.js';
-import { parseRegistriesConf } from '../registry/registries-conf.js';
 import type { AccessLog } from '../store/index.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
+import {
+  chunkCacheOptions,
+  authFilePaths,
+  hostsFromStoreConfig,
+  layerStoreOptions,
+  readRegistriesConf,
+  registryClientOptions,
+  schedulerOptions,
+} from './config-options.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
+import { rootLayout, socketLock } from '../util/root-layout.js';
 import type { MetricsServer } from '../store/metrics-server.js';
 import type { PinManager } from '../store/pins.js';
 
@@ -263,9 +268,9 @@ export async function runServe(
     await mkdir(config.root, { recursive: true, mode: 0o700 });
     // One store per root and per socket, decided before anything is touched: a second store must
     // neither clear the first one's mount as "stale" nor replace its control socket.
-    locks.push(await acquireInstanceLock(join(config.root, 'stargz-store.lock'), `root ${config.root}`));
+    locks.push(await acquireInstanceLock(rootLayout(config.root).instanceLock, `root ${config.root}`));
     await mkdir(dirname(config.addr), { recursive: true, mode: 0o700 });
-    locks.push(await acquireInstanceLock(`${config.addr}.lock`, `control socket ${config.addr}`));
+    locks.push(await acquireInstanceLock(socketLock(config.addr), `control socket ${config.addr}`));
     await refuseLiveSocket(config.addr);
     await checkMountpointKind(config.mountpoint);
     // Logged once the operator's usual mistakes (busy root or socket, bad mountpoint) are ruled out, so
@@ -411,79 +416,6 @@ export interface BuiltStore {
   pins?: PinManager;
 }
 
-/** registries.conf hosts (mirrors, insecure, blocked); a missing file means none. */
-async function readRegistriesConf(path: string, logger: Logger): Promise<HostsConfig> {
-  if (path === '') return {};
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
-    throw new StoreError(
-      'E_CONFIG',
-      `config key [registry] registries_conf: cannot read ${path}: ${(err as Error).message}`,
-      {
-        key: 'registries_conf',
-        path,
-      },
-    );
-  }
-  try {
-    const hosts = parseRegistriesConf(text);
-    logger.debug({ path, hosts: Object.keys(hosts) }, 'read registries.conf');
-    return hosts;
-  } catch (err) {
-    throw new StoreError(
-      'E_CONFIG',
-      `config key [registry] registries_conf: ${path}: ${asStoreError(err).message}`,
-      {
-        key: 'registries_conf',
-        path,
-      },
-    );
-  }
-}
-
-/** The `[resolver]` hosts (Go mirrors, plus our TLS files) in the registry client's terms. */
-export function hostsFromStoreConfig(config: StoreConfig): HostsConfig {
-  const hosts: HostsConfig = {};
-  for (const [host, { mirrors, tls }] of Object.entries(config.resolver.hosts)) {
-    hosts[host] = {
-      mirrors: mirrors.map((m) => {
-        const mc: RegistryMirror = { host: m.host, insecure: m.insecure };
-        // Go: 0 = the global [resolver] timeout, < 0 = none.
-        if (m.requestTimeoutSec !== 0)
-          mc.requestTimeoutMs = m.requestTimeoutSec < 0 ? Infinity : m.requestTimeoutSec * 1000;
-        if (Object.keys(m.header).length > 0) mc.headers = m.header;
-        if (m.tls) Object.assign(mc, tlsOptions(m.tls));
-        if (m.rangedReads) mc.rangedReads = m.rangedReads;
-        if (m.nsQuery === false) mc.nsQuery = false;
-        return mc;
-      }),
-      ...(tls ? tlsOptions(tls) : {}),
-    };
-  }
-  return hosts;
-}
-
-function tlsOptions(t: TlsFiles): Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> {
-  const o: Pick<RegistryMirror, 'caFiles' | 'certFile' | 'keyFile'> = {};
-  if (t.caFiles) o.caFiles = t.caFiles;
-  if (t.certFile) o.certFile = t.certFile;
-  if (t.keyFile) o.keyFile = t.keyFile;
-  return o;
-}
-
-/** auth.json search order with the config's overrides ([registry] auth_file, docker_config). */
-export function authFilePaths(config: StoreConfig, env: NodeJS.ProcessEnv = process.env): string[] {
-  const e = { ...env };
-  if (config.registry.authFile !== '') e.REGISTRY_AUTH_FILE = config.registry.authFile;
-  const paths = defaultAuthFilePaths(e);
-  if (config.registry.dockerConfig === '') return paths;
-  const defaultDocker = join(e.DOCKER_CONFIG || join(e.HOME || homedir(), '.docker'), 'config.json');
-  return paths.map((p) => (p === defaultDocker ? config.registry.dockerConfig : p));
-}
-
 /** Registry client, chunk cache and layer store, built from the config. */
 export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
   const [
@@ -510,65 +442,33 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     await readRegistriesConf(config.registry.registriesConf, logger),
   );
   const memory = new MemoryCredentialProvider();
-  const registry = new RegistryClient({
-    hosts,
-    credentials: defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
-    platforms: config.platform.platforms,
-    retry: {
-      maxRetries: config.blob.maxRetries,
-      minWaitMs: config.blob.minWaitMsec,
-      maxWaitMs: config.blob.maxWaitMsec,
-    },
-    forceSingleRange: config.blob.forceSingleRangeMode,
-    requestTimeoutMs: config.resolver.requestTimeoutSec * 1000,
-    fetchTimeoutMs: config.blob.fetchingTimeoutSec * 1000,
-    tagTtlMs: config.registry.tagTtlSec * 1000,
-    logger,
-  });
+  const registry = new RegistryClient(
+    registryClientOptions(
+      config,
+      hosts,
+      defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
+      logger,
+    ),
+  );
   let cache: ChunkCache | undefined;
   let blobs: BlobStore | undefined;
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
-    cache = await ChunkCache.open({
-      root: config.root,
-      // 0 = no byte bound (min_free_bytes still applies)
-      maxBytes: config.cache.maxBytes === 0 ? Number.MAX_SAFE_INTEGER : config.cache.maxBytes,
-      minFreeBytes: config.cache.minFreeBytes,
-      memoryBytes: config.cache.memoryBytes,
-      logger,
-    });
+    cache = await ChunkCache.open(chunkCacheOptions(config, logger));
     // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
     blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
-    const readMs = config.deadlines.readSec * 1000;
+    const tuning = layerStoreOptions(config);
     const store = createLayerStore({
-      root: config.root,
+      ...tuning,
       registry,
       cache,
       blobs,
       credentials: memory,
       logger,
-      deadlines: {
-        lookupMs: config.deadlines.lookupSec * 1000,
-        readMs,
-        fuseMs: config.deadlines.fuseSec * 1000,
-      },
-      negativeTtlMs: config.deadlines.negativeTtlSec * 1000,
-      idleTtlMs: config.resolveResultEntryTtlSec * 1000,
-      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
       ...(accessLog ? { accessLog } : {}),
-      layer: {
-        deadlineMs: readMs,
-        prefetch: !config.noprefetch,
-        prefetchBytes: config.prefetchSize,
-        backgroundFetch: !config.noBackgroundFetch,
-        scheduler: new FetchScheduler({
-          backgroundConcurrency: config.background.concurrency || config.maxConcurrency,
-          quietMs: config.background.quietMs,
-          bandwidthBytesPerSec: config.background.bandwidthBytesPerSec,
-        }),
-        stateDir: join(config.root, 'layer-state'),
-      },
+      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
+      layer: { ...tuning.layer, scheduler: new FetchScheduler(schedulerOptions(config)) },
     });
     const c = cache;
     const b = blobs;

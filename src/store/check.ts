@@ -9,6 +9,7 @@ import type { RangeReader } from '../util/range-reader.js';
 import { TailReader } from './blob-source.js';
 import { MetaStore } from './meta-store.js';
 import type { LayerRecord } from './record.js';
+import { rootLayout } from '../util/root-layout.js';
 
 /**
  * `stargz-store check` over a whole `--root` (store stopped): the chunk cache (cache/check.ts), every
@@ -76,7 +77,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   await checkChunkCache(root, report, opts);
 
   // Resolution records: the file name is sha256("<ref>\n<digest>"), the content must say the same.
-  const layersDir = join(root, 'metadata', 'layers');
+  const layersDir = rootLayout(root).metadataLayers;
   const records: LayerRecord[] = [];
   for (const name of await names(layersDir)) {
     const path = join(layersDir, name);
@@ -111,7 +112,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
 
   // Saved TOCs: each must verify against every record that points at its blob.
   const meta = new MetaStore(root);
-  const tocsDir = join(root, 'metadata', 'tocs');
+  const tocsDir = rootLayout(root).metadataTocs;
   const byBlob = new Map<string, LayerRecord[]>();
   for (const r of records) byBlob.set(r.blobDigest, [...(byBlob.get(r.blobDigest) ?? []), r]);
   let tocs = 0;
@@ -167,7 +168,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   report.counts.tocs = tocs;
 
   // Per-layer engine state (fully verified, uncompressed size).
-  const stateDir = join(root, 'layer-state');
+  const stateDir = rootLayout(root).layerState;
   let states = 0;
   for (const name of await names(stateDir)) {
     const path = join(stateDir, name);
@@ -203,7 +204,7 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
   report.counts.layerStates = states;
 
   // Pinned image sets: a damaged pins.json loses the set (the store starts with none).
-  const pins = join(root, 'pins.json');
+  const pins = rootLayout(root).pins;
   const pinsText = await readFile(pins, 'utf8').catch(() => undefined);
   if (pinsText !== undefined) {
     let ok = false;

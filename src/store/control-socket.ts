@@ -15,7 +15,7 @@ import { asStoreError, StoreError, type ErrorCode } from '../util/errors.js';
  */
 
 /** Default of the store's --addr and the helper's argument (Go store default; does not follow --root). */
-export const DEFAULT_CONTROL_SOCKET = '/var/lib/stargz-store/store.sock';
+export { DEFAULT_CONTROL_SOCKET } from '../util/root-layout.js';
 
 export interface CredentialEntry {
   username?: string;

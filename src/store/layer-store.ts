@@ -7,6 +7,7 @@ import { InoAllocator } from './ino.js';
 import { MetaStore } from './meta-store.js';
 import { LayerResolver, RESOLVER_DEFAULTS } from './resolver.js';
 import { StoreFs, type StoreDeadlines } from './store-fs.js';
+import { DEADLINE_DEFAULTS_SEC, IDLE_LAYER_TTL_SEC } from '../util/defaults.js';
 import { holdResolved } from './pins-hold.js';
 import type { HeldLayer } from './pins.js';
 
@@ -29,7 +30,13 @@ export interface LayerStatus {
   refs: number;
 }
 
-export interface CoreStoreOptions {
+/**
+ * The one options object of the store layer: `createLayerStore` (index.ts) takes it too, adding only
+ * how to build layers from the real registry client and cache. Defaults come from util/defaults.ts,
+ * the same constants the config schema declares; `[deadlines]` etc. arrive here from serve-command.ts.
+ */
+export interface LayerStoreOptions {
+  /** State root (`--root`); records go where util/root-layout.ts says (`metadata/`). */
   root: string;
   registry: StoreRegistry;
   openLayer: OpenLayerFn;
@@ -37,15 +44,20 @@ export interface CoreStoreOptions {
   logger?: Logger;
   /** Receives helper-channel credentials (the registry client's memory provider). */
   credentials?: { addCredentials(map: unknown): number };
+  /**
+   * lookupMs: diff/info/blob resolution budget; readMs: one read; syntheticMs: I/O-free nodes;
+   * fuseMs: hard limit of any other FUSE operation (default max(lookupMs, readMs) + 5 s).
+   */
   deadlines?: Partial<StoreDeadlines>;
-  /** How long "not lazily servable" answers are remembered (default 60 s). */
+  /** How long "not lazily servable" answers are remembered (never for saved names). */
   negativeTtlMs?: number;
-  /** An unused layer (no use count, no open file) is closed after this long idle (default 120 s). */
+  /** An unused layer (no use count, no open file) is closed after this long idle. */
   idleTtlMs?: number;
   /** At most this many unused layers stay open (default 32). */
   maxIdleLayers?: number;
   /** Names remembered beyond the ones in use or resolving (default 10 000). */
   maxNames?: number;
+  /** Cap on one background resolution (default max(60 s, 2 x lookupMs)). */
   resolveTimeoutMs?: number;
   /** Start prefetch + background fetch when a layer resolves (default true). */
   startLayers?: boolean;
@@ -55,11 +67,14 @@ export interface CoreStoreOptions {
   accessLog?: AccessLog;
 }
 
+/** @deprecated name kept for imports; the store has one options object. */
+export type CoreStoreOptions = LayerStoreOptions;
+
 export const DEFAULT_DEADLINES: StoreDeadlines = {
-  lookupMs: 25_000,
-  readMs: 25_000,
+  lookupMs: DEADLINE_DEFAULTS_SEC.lookup * 1000,
+  readMs: DEADLINE_DEFAULTS_SEC.read * 1000,
   syntheticMs: 2_000,
-  fuseMs: 30_000,
+  fuseMs: DEADLINE_DEFAULTS_SEC.fuse * 1000,
 };
 
 /**
@@ -72,7 +87,7 @@ export class LayerStore {
   private readonly refcounts = new Map<string, { ref: string; digest: string; n: number }>();
   private readonly log: Logger;
 
-  constructor(private readonly o: CoreStoreOptions) {
+  constructor(private readonly o: LayerStoreOptions) {
     this.log = o.logger ?? silentLogger;
     const deadlines = { ...DEFAULT_DEADLINES, ...o.deadlines };
     // the FUSE limit must leave the store's own deadlines room to answer first
@@ -87,11 +102,11 @@ export class LayerStore {
       meta: new MetaStore(o.root),
       ino,
       logger: this.log,
-      negativeTtlMs: o.negativeTtlMs ?? 60_000,
+      negativeTtlMs: o.negativeTtlMs ?? DEADLINE_DEFAULTS_SEC.negativeTtl * 1000,
       resolveTimeoutMs: o.resolveTimeoutMs ?? Math.max(60_000, deadlines.lookupMs * 2),
       startLayers: o.startLayers ?? true,
       inUse: (ref, digest) => this.refs(ref, digest) > 0,
-      idleTtlMs: o.idleTtlMs ?? RESOLVER_DEFAULTS.idleTtlMs,
+      idleTtlMs: o.idleTtlMs ?? IDLE_LAYER_TTL_SEC * 1000,
       // at least one: a layer that just resolved must not be closed under its first user
       maxIdleLayers: Math.max(1, o.maxIdleLayers ?? RESOLVER_DEFAULTS.maxIdleLayers),
       maxEntries: o.maxNames ?? RESOLVER_DEFAULTS.maxEntries,

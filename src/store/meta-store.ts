@@ -3,6 +3,7 @@ import { mkdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { StoreError } from '../util/errors.js';
 import type { LayerRecord } from './record.js';
+import { rootLayout } from '../util/root-layout.js';
 
 /**
  * Per-(ref, digest) resolution records and, per blob, the verified TOC bytes (the blob's tail from
@@ -28,8 +29,9 @@ export class MetaStore {
   private ready: Promise<void> | undefined;
 
   constructor(readonly root: string) {
-    this.layersDir = join(root, 'metadata', 'layers');
-    this.tocsDir = join(root, 'metadata', 'tocs');
+    const layout = rootLayout(root);
+    this.layersDir = layout.metadataLayers;
+    this.tocsDir = layout.metadataTocs;
   }
 
   private init(): Promise<void> {

@@ -1,5 +1,4 @@
 import { statfs } from 'node:fs/promises';
-import { join } from 'node:path';
 import {
   parseReference,
   tocAnnotation,
@@ -9,6 +8,7 @@ import {
 import type { Logger } from '../util/logger.js';
 import type { LayerStore } from './layer-store.js';
 import { PinManager, type PinImageInfo } from './pins.js';
+import { rootLayout } from '../util/root-layout.js';
 
 /** The store's PinManager: manifests from the registry client, layers through the layer store. */
 export function createPinManager(o: {
@@ -39,7 +39,7 @@ export function createPinManager(o: {
     },
     holdLayer: (ref, digest) => o.store.holdLayer(ref, digest),
     freeBytes: async () => {
-      const st = await statfs(join(o.root, 'cache'));
+      const st = await statfs(rootLayout(o.root).cache);
       return st.bavail * st.bsize;
     },
     ...(o.logger ? { logger: o.logger } : {}),

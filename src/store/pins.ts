@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { rootLayout } from '../util/root-layout.js';
 
 /**
  * Pinned image sets: images fetched completely ahead of time, verified (chunks and DiffID) and kept
@@ -85,7 +86,7 @@ export interface PinManagerDeps {
 export const UNCOMPRESSED_ESTIMATE_FACTOR = 3;
 
 export function pinsFile(root: string): string {
-  return join(root, 'pins.json');
+  return rootLayout(root).pins;
 }
 
 export class PinManager {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { authFilePaths, hostsFromStoreConfig, normalizeGoStyleArgs } from '../../src/cli/serve-command.js';
+import { normalizeGoStyleArgs } from '../../src/cli/serve-command.js';
+import { authFilePaths, hostsFromStoreConfig } from '../../src/cli/config-options.js';
 import { buildConfig } from '../../src/store/config.js';
 
 describe('Go flag syntax', () => {

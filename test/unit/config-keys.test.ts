@@ -281,6 +281,7 @@ host = "mirror-b.example.com"
       /^config key \[registry\] auth_file: /,
     );
     expect(configError('blob = 3').message).toMatch(/^config key blob: must be a table/);
+    expect(configError('blob = 1979-05-27').message).toBe('config key blob: must be a table, got a date');
     expect(
       configError('[[resolver.host."docker.io".mirrors]]\nhost = "https://m.example"\n').message,
     ).toMatch(

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { hostsFromStoreConfig } from '../../src/cli/serve-command.js';
+import { hostsFromStoreConfig } from '../../src/cli/config-options.js';
 import { subtract } from '../../src/registry/blob-reader.js';
 import { HostHealth } from '../../src/registry/host-health.js';
 import { HostRangeProfile } from '../../src/registry/host-range-profile.js';

@@ -1,0 +1,40 @@
+/**
+ * Defaults that lower layers (cache/, layer/ ...) also fall back to when a caller (a test, a bench)
+ * leaves an option out. The config schema (src/store/config/schema.ts) declares its defaults from
+ * these constants, so each number exists once; everything else defaults in the schema only.
+ */
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+/** `[cache]`: disk bound of the chunk cache, free-space margin, in-memory LRU in front of it. */
+export const CACHE_DEFAULTS = {
+  maxBytes: 10 * GiB,
+  minFreeBytes: 1 * GiB,
+  /** Verified chunks only: the kernel page cache holds file pages. */
+  memoryBytes: 32 * MiB,
+} as const;
+
+/** `[deadlines]` in seconds; the FUSE limit stays above the two the store answers itself. */
+export const DEADLINE_DEFAULTS_SEC = {
+  lookup: 20,
+  read: 25,
+  fuse: 30,
+  /** How long "not lazily servable" (ENOENT) is remembered. */
+  negativeTtl: 60,
+} as const;
+
+/** Go `resolve_result_entry_ttl_sec`: an unused resolved layer stays open this long. */
+export const IDLE_LAYER_TTL_SEC = 120;
+
+/** `[background]`: quiet period after on-demand reads (ms) and the store-wide byte rate (0 = unlimited). */
+export const BACKGROUND_DEFAULTS = {
+  quietMs: 2000,
+  bandwidthBytesPerSec: 32 * MiB,
+} as const;
+
+/**
+ * `max_toc_entries`: layers whose TOC has more entries are refused early. Same value as
+ * format/open-layer.ts DEFAULT_MAX_ENTRIES (kept here so loading the config does not load format/).
+ */
+export const MAX_TOC_ENTRIES = 1_000_000;
