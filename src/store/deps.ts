@@ -22,6 +22,11 @@ export interface LayerMatch {
   matchedBy: FoundLayer['matchedBy'];
   /** config.rootfs.diff_ids[i]; undefined when the config has no entry for this layer. */
   diffId: string | undefined;
+  /**
+   * Every layer of the same platform manifest, base first (with its DiffID): lets the store resolve
+   * the image's other layers before the client asks for them. Optional: a registry view may omit it.
+   */
+  layers?: ReadonlyArray<{ descriptor: LayerDescriptor; diffId: string | undefined }>;
 }
 
 /** What the store asks of the registry (src/registry RegistryClient, adapted in registry-adapter.ts). */

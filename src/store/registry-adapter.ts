@@ -6,13 +6,18 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
   return {
     async findLayer(ref, digest, signal) {
       const f = await client.findLayer(parseReference(ref), digest, { signal });
+      // a config whose diff_ids do not line up with the layers cannot name any layer's DiffID
+      const aligned = f.image.diffIDs.length === f.image.layers.length;
       return {
         manifestDigest: f.image.manifestDigest,
         configDigest: f.image.configDigest,
         descriptor: f.descriptor,
         matchedBy: f.matchedBy,
-        // a config whose diff_ids do not line up with the layers cannot name this layer's DiffID
-        diffId: f.image.diffIDs.length === f.image.layers.length ? f.image.diffIDs[f.layerIndex] : undefined,
+        diffId: aligned ? f.image.diffIDs[f.layerIndex] : undefined,
+        layers: f.image.layers.map((descriptor, i) => ({
+          descriptor,
+          diffId: aligned ? f.image.diffIDs[i] : undefined,
+        })),
       };
     },
     async openBlob(ref, digest, size, signal) {

@@ -240,6 +240,7 @@ export class FakeRegistry implements StoreRegistry {
       descriptor: hit.descriptor,
       matchedBy: hit.matchedBy,
       diffId: img.layers[hit.layerIndex]!.diffId,
+      layers: img.layers.map((l) => ({ descriptor: l.descriptor, diffId: l.diffId })),
     };
   }
 

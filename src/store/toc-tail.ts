@@ -1,0 +1,68 @@
+import type { LayerIndex } from '../format/model.js';
+import type { Logger } from '../util/logger.js';
+import { RecordingReader, TailReader, type LazyBlob } from './blob-source.js';
+import type { OpenLayerFn } from './deps.js';
+import type { MetaStore } from './meta-store.js';
+
+/** Room kept before the TOC when its bytes are saved (zstd:chunked frame header). */
+const FRAME_HEADER = 8;
+
+export interface TocSpec {
+  ref: string;
+  blobDigest: string;
+  blobSize: number;
+  tocDigest: string;
+  tocOffsetHint?: number;
+}
+
+/**
+ * The verified TOC of a blob: from the tail saved under `--root` when there is a good one (no
+ * registry), else read from the blob and its tail saved for the next time (a restart, a layer
+ * re-opened after it was closed idle).
+ */
+export class TocTails {
+  constructor(
+    private readonly meta: MetaStore,
+    private readonly openLayer: OpenLayerFn,
+    private readonly logger: Logger,
+  ) {}
+
+  async open(spec: TocSpec, blob: LazyBlob, signal: AbortSignal): Promise<LayerIndex> {
+    const ctx = { ref: spec.ref, digest: spec.blobDigest };
+    const saved = await this.meta.getTocTail(spec.blobDigest, spec.blobSize).catch((err: unknown) => {
+      this.logger.warn({ ...ctx, err }, 'cannot read the saved TOC');
+      return undefined;
+    });
+    if (saved) {
+      try {
+        const toc = await this.openLayer(new TailReader(blob, saved.start, saved.bytes), {
+          expectedTocDigest: spec.tocDigest,
+          signal,
+        });
+        return toc.verify(spec.tocDigest);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        this.logger.warn({ ...ctx, err }, 'saved TOC cannot be used; reading it again');
+      }
+    }
+    const rec = new RecordingReader(blob);
+    const opts: { expectedTocDigest: string; tocOffsetHint?: number; signal: AbortSignal } = {
+      expectedTocDigest: spec.tocDigest,
+      signal,
+    };
+    if (spec.tocOffsetHint !== undefined) opts.tocOffsetHint = spec.tocOffsetHint;
+    // the one TOC digest check: the index exists only if the TOC is the one the image names
+    const index = (await this.openLayer(rec, opts)).verify(spec.tocDigest);
+    // what the format reader needs again: from the TOC (zstd: its frame header) to the end
+    const start = Math.max(0, index.tocOffset - (index.compression === 'zstd' ? FRAME_HEADER : 0));
+    try {
+      const bytes = rec.tail(start) ?? (await blob.read(start, spec.blobSize - start, signal));
+      await this.meta.putTocTail({ blobDigest: spec.blobDigest, blobSize: spec.blobSize, start, bytes });
+    } catch (err) {
+      if (signal.aborted) throw err;
+      // still servable now; a restart then needs the registry for the TOC
+      this.logger.warn({ ...ctx, err }, 'cannot save the verified TOC');
+    }
+    return index;
+  }
+}
