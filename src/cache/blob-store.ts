@@ -318,6 +318,15 @@ export class BlobStore {
     return await this.fs.open(this.dataPath(hex), 'w+', 0o600);
   }
 
+  /** The local copy of `digest` if some layer has it open now, else undefined (synchronous). */
+  opened(digest: string): LocalBlob | undefined {
+    try {
+      return this.open.get(digestHex(digest));
+    } catch {
+      return undefined; // not a sha256 digest: nothing of ours
+    }
+  }
+
   /** Delete the local copy of `digest` (after its layer was fully verified, or to start over). */
   async remove(digest: string): Promise<void> {
     const hex = digestHex(digest);

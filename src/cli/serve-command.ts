@@ -423,6 +423,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     { FetchScheduler },
     { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
     { AccessLog, createLayerStore, mountStore },
+    { passingBytesSink },
     { createPinManager },
     { setMetricSources },
     { layerStateCounts },
@@ -432,6 +433,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     import('../layer/index.js'),
     import('../registry/index.js'),
     import('../store/index.js'),
+    import('../store/local-blob-binding.js'),
     import('../store/pins-deps.js'),
     import('../util/metrics.js'),
     import('../store/metrics-sources.js'),
@@ -442,14 +444,16 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     await readRegistriesConf(config.registry.registriesConf, logger),
   );
   const memory = new MemoryCredentialProvider();
-  const registry = new RegistryClient(
-    registryClientOptions(
+  const registry = new RegistryClient({
+    ...registryClientOptions(
       config,
       hosts,
       defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
       logger,
     ),
-  );
+    // a Range-ignoring mirror's one stream per blob fills the layer's local copy
+    passingBytesSink: passingBytesSink(() => blobs),
+  });
   let cache: ChunkCache | undefined;
   let blobs: BlobStore | undefined;
   let accessLog: AccessLog | undefined;

@@ -1,5 +1,6 @@
 import type { BlobStore, LocalBlob } from '../cache/blob-store.js';
 import type { LocalCompressedBytes } from '../layer/compressed-store.js';
+import type { PassingBytesSink } from '../registry/whole-blob-stream.js';
 import { asStoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 
@@ -73,4 +74,24 @@ export class LocalBlobBinding implements LocalCompressedBytes {
     const blob = await this.opened;
     await blob?.invalidate(0, blob.size);
   }
+}
+
+/**
+ * Where a whole-blob stream from a host that ignores Range (a cold pull-through cache) leaves the
+ * bytes nobody was waiting for: the open local copy of that blob, so later reads find them there
+ * instead of streaming the blob again. `store()` is read at each call: the registry client is
+ * built before the blob store opens. Bytes of a blob no layer has open are dropped.
+ */
+export function passingBytesSink(store: () => BlobStore | undefined): PassingBytesSink {
+  return {
+    onPassingBytes(digest, offset, buf) {
+      // the stream reuses its buffer after the call: keep a copy
+      store()?.opened(digest)?.onCompressedBytes(offset, Buffer.from(buf));
+    },
+    async readPassed(digest, offset, length) {
+      const blob = store()?.opened(digest);
+      if (blob === undefined || !blob.covered(offset, length)) return undefined;
+      return await blob.read(offset, length);
+    },
+  };
 }
