@@ -92,7 +92,10 @@ trap 'rm -rf "$STAGE"' EXIT
 cp -a package.json package-lock.json bin "$STAGE/"
 mkdir -p "$STAGE/dist"
 cp -a dist/src "$STAGE/dist/"
-cp -a node_modules "$STAGE/"
+# copy the tree itself even when node_modules is a link (a worktree): the prune below must never
+# reach the source checkout's own dependencies
+mkdir "$STAGE/node_modules"
+cp -a "$(readlink -f node_modules)/." "$STAGE/node_modules/"
 # Drop dev dependencies (typescript, vitest, ...): removes files only, no network.
 (cd "$STAGE" && npm prune --omit=dev --offline --no-audit --no-fund --silent >/dev/null && find node_modules -mindepth 1 -maxdepth 1 -type d -empty -delete)
 chmod 0755 "$STAGE"

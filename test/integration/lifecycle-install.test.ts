@@ -32,6 +32,8 @@ function run(
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', reject);
     child.on('close', (code) => resolve({ code, stdout, stderr }));
+    // a command that exits without reading its input must not fail the run with EPIPE
+    child.stdin.on('error', () => undefined);
     child.stdin.end(opts.stdin ?? '');
   });
 }
