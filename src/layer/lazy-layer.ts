@@ -7,6 +7,7 @@ import { ChunkLoader, ZEROS, type ChunkBytes } from './chunk-loader.js';
 import { withDeadline } from './deadline.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
+import { layerStateWriteFaults } from '../util/write-faults.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
 import type { BlobSource, LayerState, ReadOptions } from './types.js';
 
@@ -389,7 +390,15 @@ export class LazyLayer {
           fullyVerified: true,
           verifiedAt: new Date().toISOString(),
           uncompressedSize: stream.size,
-        }).catch((err: unknown) => this.recordError(err, 'cannot persist layer state'));
+        }).then(
+          () => layerStateWriteFaults.succeeded(this.logger),
+          (err: unknown) => {
+            // one warning per condition store-wide (a full disk fails every layer's state file)
+            const e = asStoreError(err, 'E_IO', this.context);
+            this.lastError = `${e.code}: ${e.message}`;
+            layerStateWriteFaults.failed(err, this.logger, { layer: this.layerKey });
+          },
+        );
       }
       return true;
     }
