@@ -3,6 +3,7 @@ import { mkdir, readFile, rename, statfs, unlink, utimes, writeFile } from 'node
 import { join } from 'node:path';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { WriteFaults } from '../util/write-faults.js';
 import { DiskIndex } from './disk-index.js';
 import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
@@ -84,6 +85,11 @@ export class ChunkCache {
   private scanned = false;
   private closed = false;
   private scanPromise: Promise<void> = Promise.resolve();
+  /** Failed disk writes: one warning per condition (ENOSPC, EROFS...), counters for metrics. */
+  readonly writeFaults = new WriteFaults({
+    failed: 'cannot write chunk to cache',
+    resumed: 'cache writes resumed',
+  });
   private readonly counters = {
     memoryHits: 0,
     diskHits: 0,
@@ -255,11 +261,12 @@ export class ChunkCache {
       await rename(tmp, this.paths.chunkFile(hex));
       this.index.add(hex, bytes);
       this.counters.writes++;
+      this.writeFaults.succeeded(this.logger);
       if (this.index.count > this.maxEntries) this.evictForEntries();
     } catch (err) {
       this.freeEstimate += bytes;
       this.counters.writeSkips++;
-      this.logger.warn({ err, digest: `sha256:${hex}` }, 'cannot write chunk to cache');
+      this.writeFaults.failed(err, this.logger, { digest: `sha256:${hex}` });
       await unlink(tmp).catch(() => undefined);
     } finally {
       this.reserved -= bytes;

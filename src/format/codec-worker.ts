@@ -56,41 +56,99 @@ const GZIP_SLACK = 256 * 1024;
 const GZIP_STEP = 16 * 1024;
 const SYNC_NEED_LIMIT = 16 << 20;
 
-function gunzipSpanSync(src, need) {
-  try {
-    // zlib's default 16 KiB output step makes inflate ~2.5x slower on MiB-sized chunks.
-    return zlib.gunzipSync(src, { maxOutputLength: need + GZIP_SLACK, chunkSize: 1 << 20 });
-  } catch (err) {
-    if (err && err.code === 'ERR_BUFFER_TOO_LARGE') return null;
-    throw err;
+// Offset of the deflate data of the gzip member at the start of src (RFC 1952 header). Members
+// are inflated raw, one at a time, and the next member is only touched while the chunk still
+// needs bytes: the bytes after the member that completes a chunk belong to other files (maybe a
+// broken member a hostile TOC points into) and must never fail it. zlib's gunzip would go on
+// into any following member and fail on its neighbour's damage.
+function gzipBodyOffset(src) {
+  if (src.length < 10 || src[0] !== 0x1f || src[1] !== 0x8b) throw new Error('not a gzip member (bad magic)');
+  if (src[2] !== 8) throw new Error('unknown gzip compression method ' + src[2]);
+  const flags = src[3];
+  if (flags & 0xe0) throw new Error('reserved gzip header flags set');
+  let pos = 10;
+  if (flags & 4) {
+    if (pos + 2 > src.length) throw new Error('truncated gzip header');
+    pos += 2 + src.readUInt16LE(pos);
   }
+  for (const bit of [8, 16]) {
+    if (flags & bit) {
+      const end = src.indexOf(0, pos);
+      if (end < 0) throw new Error('truncated gzip header');
+      pos = end + 1;
+    }
+  }
+  if (flags & 2) pos += 2;
+  if (pos > src.length) throw new Error('truncated gzip header');
+  return pos;
 }
 
-// Inflate until need bytes exist, then stop: memory stays at need + one output step whatever
-// the span would expand to.
-function gunzipPrefixStream(src, need) {
+// Size of the gzip trailer (CRC32 + ISIZE) after each member's deflate data.
+const GZIP_TRAILER = 8;
+
+function gunzipSpanSync(src, need) {
+  const parts = [];
+  let produced = 0;
+  let pos = 0;
+  while (produced < need && pos < src.length) {
+    const body = pos + gzipBodyOffset(src.subarray(pos));
+    let r;
+    try {
+      // zlib's default 16 KiB output step makes inflate ~2.5x slower on MiB-sized chunks.
+      r = zlib.inflateRawSync(src.subarray(body), {
+        maxOutputLength: need - produced + GZIP_SLACK,
+        chunkSize: 1 << 20,
+        info: true,
+      });
+    } catch (err) {
+      if (err && err.code === 'ERR_BUFFER_TOO_LARGE') return null;
+      throw err;
+    }
+    parts.push(r.buffer);
+    produced += r.buffer.length;
+    pos = body + r.engine.bytesWritten + GZIP_TRAILER;
+  }
+  return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+}
+
+// Inflate one member's deflate data into out from produced, stopping once need bytes exist.
+// Resolves { produced, consumed } (consumed: deflate bytes read, when the member ended).
+function inflateMemberInto(body, out, produced, need) {
   return new Promise((resolve, reject) => {
-    const out = Buffer.allocUnsafe(need);
-    let produced = 0;
     let done = false;
-    const gz = zlib.createGunzip({ chunkSize: GZIP_STEP });
-    const finish = (err, buf) => {
+    const gz = zlib.createInflateRaw({ chunkSize: GZIP_STEP });
+    const finish = (err, consumed) => {
       if (done) return;
       done = true;
       gz.destroy();
       if (err) reject(err);
-      else resolve(buf);
+      else resolve({ produced, consumed });
     };
     gz.on('data', (d) => {
       const n = Math.min(d.length, need - produced);
       d.copy(out, produced, 0, n);
       produced += n;
-      if (produced >= need) finish(null, out);
+      if (produced >= need) finish(null, 0);
     });
     gz.on('error', (err) => finish(err));
-    gz.on('end', () => finish(null, out.subarray(0, produced)));
-    gz.end(src);
+    gz.on('end', () => finish(null, gz.bytesWritten));
+    gz.end(body);
   });
+}
+
+// Inflate until need bytes exist, then stop: memory stays at need + one output step whatever
+// the span would expand to.
+async function gunzipPrefixStream(src, need) {
+  const out = Buffer.allocUnsafe(need);
+  let produced = 0;
+  let pos = 0;
+  while (produced < need && pos < src.length) {
+    const body = pos + gzipBodyOffset(src.subarray(pos));
+    const r = await inflateMemberInto(src.subarray(body), out, produced, need);
+    produced = r.produced;
+    pos = body + r.consumed + GZIP_TRAILER;
+  }
+  return out.subarray(0, produced);
 }
 
 async function gunzipPrefix(src, need) {

@@ -12,6 +12,7 @@ import { withDeadline } from './deadline.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { SpanFetcher } from './span-fetcher.js';
+import { layerStateWriteFaults } from '../util/write-faults.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
 import type { RangeReader } from '../util/range-reader.js';
 import type { BlobSource, LayerState, ReadOptions } from './types.js';
@@ -498,7 +499,15 @@ export class LazyLayer {
           fullyVerified: true,
           verifiedAt: new Date().toISOString(),
           uncompressedSize: stream.size,
-        }).catch((err: unknown) => this.recordError(err, 'cannot persist layer state'));
+        }).then(
+          () => layerStateWriteFaults.succeeded(this.logger),
+          (err: unknown) => {
+            // one warning per condition store-wide (a full disk fails every layer's state file)
+            const e = asStoreError(err, 'E_IO', this.context);
+            this.lastError = `${e.code}: ${e.message}`;
+            layerStateWriteFaults.failed(err, this.logger, { layer: this.layerKey });
+          },
+        );
       }
       return true;
     }

@@ -4,7 +4,7 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   AuthFileProvider,
   MemoryCredentialProvider,
@@ -12,11 +12,13 @@ import {
   parseReference,
 } from '../../src/registry/index.js';
 import { captureLogger, errorText } from '../helpers/registry-log-capture.js';
+import { expectNoSecrets } from '../helpers/secrets.js';
 import { pushImage, type PushedImage } from '../helpers/push.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 
 const USER = 'builder';
 const PASS = 'pa55-Very-Secret-7781';
+const WRONG = 'wrong-Password-4242';
 
 describe('htpasswd basic auth on a real docker-registry', () => {
   let reg: TestRegistry;
@@ -36,10 +38,19 @@ describe('htpasswd basic auth on a real docker-registry', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
+  // every test: no credential or token in any log line, at any level (the logger is at trace)
+  let cap: ReturnType<typeof captureLogger>;
+  beforeEach(() => {
+    cap = captureLogger();
+  });
+  afterEach(() => {
+    expectNoSecrets(cap.text(), [PASS, WRONG], { users: [USER], where: 'log line' });
+  });
+
   const refStr = () => `${reg.host}/private/app:v1`;
 
   it('fails with E_REGISTRY_UNAUTHORIZED without credentials (no silent fallback, no retries)', async () => {
-    const client = new RegistryClient();
+    const client = new RegistryClient({ logger: cap.logger });
     try {
       const t0 = Date.now();
       await expect(client.resolveImage(parseReference(refStr()))).rejects.toMatchObject({
@@ -54,7 +65,6 @@ describe('htpasswd basic auth on a real docker-registry', () => {
   it('uses helper-channel credentials for the reference, and reads the blob', async () => {
     const mem = new MemoryCredentialProvider();
     mem.addCredentials({ [refStr()]: { username: USER, password: PASS } });
-    const cap = captureLogger();
     const client = new RegistryClient({ credentials: mem, logger: cap.logger });
     try {
       const ref = parseReference(refStr());
@@ -74,9 +84,9 @@ describe('htpasswd basic auth on a real docker-registry', () => {
 
   it('rejects wrong credentials with E_REGISTRY_UNAUTHORIZED and keeps the password out of the error', async () => {
     const mem = new MemoryCredentialProvider();
-    const wrong = 'wrong-Password-4242';
+    const wrong = WRONG;
     mem.addCredentials({ [refStr()]: { username: USER, password: wrong } });
-    const client = new RegistryClient({ credentials: mem });
+    const client = new RegistryClient({ logger: cap.logger, credentials: mem });
     try {
       const err = await client.resolveImage(parseReference(refStr())).catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'E_REGISTRY_UNAUTHORIZED' });
@@ -93,6 +103,7 @@ describe('htpasswd basic auth on a real docker-registry', () => {
     const mem = new MemoryCredentialProvider();
     mem.addCredentials({ [refStr()]: { username: USER, password: PASS } });
     const client = new RegistryClient({
+      logger: cap.logger,
       credentials: mem,
       hosts: { [reg.host]: { mirrors: [{ host: mirrorHost }] } },
       retry: { maxRetries: 0 },
@@ -112,7 +123,10 @@ describe('htpasswd basic auth on a real docker-registry', () => {
       authFile,
       JSON.stringify({ auths: { [reg.host]: { auth: Buffer.from(`${USER}:${PASS}`).toString('base64') } } }),
     );
-    const client = new RegistryClient({ credentials: new AuthFileProvider({ paths: [authFile] }) });
+    const client = new RegistryClient({
+      logger: cap.logger,
+      credentials: new AuthFileProvider({ paths: [authFile] }),
+    });
     try {
       expect((await client.resolveImage(parseReference(refStr()))).manifestDigest).toBe(img.manifestDigest);
     } finally {
@@ -134,6 +148,7 @@ describe('htpasswd basic auth on a real docker-registry', () => {
     const cfg = join(dir, 'config.json');
     await writeFile(cfg, JSON.stringify({ auths: {}, credHelpers: { [reg.host]: 'sgztest' } }));
     const client = new RegistryClient({
+      logger: cap.logger,
       credentials: new AuthFileProvider({ paths: [cfg], helperDir: bin }),
     });
     try {

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryCredentialProvider, RegistryClient, parseReference } from '../../src/registry/index.js';
 import { captureLogger, errorText } from '../helpers/registry-log-capture.js';
+import { expectNoSecrets } from '../helpers/secrets.js';
 import { pushImage, type PushedImage } from '../helpers/push.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { startTokenServer, type TokenServer } from '../helpers/token-server.js';
@@ -9,6 +10,7 @@ import { startTokenServer, type TokenServer } from '../helpers/token-server.js';
 const USER = 'alice';
 const PASS = 'alice-Secret-Pw-9931';
 const REFRESH = 'refresh-Token-Secret-5521';
+const WRONG = 'not-The-Password-1';
 
 describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real docker-registry', (alg) => {
   let tokens: TokenServer;
@@ -43,6 +45,18 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
     await tokens?.stop();
   });
 
+  // every test: no credential or token in any log line, at any level (the logger is at trace)
+  let cap: ReturnType<typeof captureLogger>;
+  beforeEach(() => {
+    cap = captureLogger();
+  });
+  afterEach(() => {
+    expectNoSecrets(cap.text(), [PASS, REFRESH, WRONG, ...tokens.issued], {
+      users: [USER],
+      where: 'log line',
+    });
+  });
+
   const ref = () => parseReference(`${reg.host}/secure/app:v1`);
   const withCreds = (c: { username?: string; password?: string; identityToken?: string }) => {
     const mem = new MemoryCredentialProvider();
@@ -55,7 +69,7 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
     );
 
   it('anonymous access is refused with E_REGISTRY_UNAUTHORIZED', async () => {
-    const client = new RegistryClient();
+    const client = new RegistryClient({ logger: cap.logger });
     try {
       await expect(client.resolveImage(ref())).rejects.toMatchObject({ code: 'E_REGISTRY_UNAUTHORIZED' });
     } finally {
@@ -65,7 +79,7 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
 
   it('anonymous tokens work when the token server allows anonymous pulls', async () => {
     tokens.setOptions({ anonymousPull: true });
-    const client = new RegistryClient();
+    const client = new RegistryClient({ logger: cap.logger });
     try {
       expect((await client.resolveImage(ref())).manifestDigest).toBe(img.manifestDigest);
       const anon = tokens.requests.filter(
@@ -82,7 +96,6 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
 
   it('password credentials go through the OAuth2 password grant; one token serves many requests', async () => {
     const before = tokens.requests.length;
-    const cap = captureLogger();
     const client = new RegistryClient({
       credentials: withCreds({ username: USER, password: PASS }),
       logger: cap.logger,
@@ -102,7 +115,10 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
 
   it('an identity token is used as an OAuth2 refresh token', async () => {
     const before = tokens.requests.length;
-    const client = new RegistryClient({ credentials: withCreds({ identityToken: REFRESH }) });
+    const client = new RegistryClient({
+      logger: cap.logger,
+      credentials: withCreds({ identityToken: REFRESH }),
+    });
     try {
       expect((await client.resolveImage(ref())).manifestDigest).toBe(img.manifestDigest);
       expect(tokens.requests.slice(before)[0]).toMatchObject({
@@ -118,7 +134,10 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
   it('falls back to GET with Basic credentials when the token server has no OAuth2 endpoint', async () => {
     tokens.setOptions({ noOAuth: true });
     const before = tokens.requests.length;
-    const client = new RegistryClient({ credentials: withCreds({ username: USER, password: PASS }) });
+    const client = new RegistryClient({
+      logger: cap.logger,
+      credentials: withCreds({ username: USER, password: PASS }),
+    });
     try {
       expect((await client.resolveImage(ref())).manifestDigest).toBe(img.manifestDigest);
       const mine = tokens.requests.slice(before);
@@ -131,8 +150,11 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
   });
 
   it('wrong passwords give E_REGISTRY_UNAUTHORIZED without the secret in the error', async () => {
-    const bad = 'not-The-Password-1';
-    const client = new RegistryClient({ credentials: withCreds({ username: USER, password: bad }) });
+    const bad = WRONG;
+    const client = new RegistryClient({
+      logger: cap.logger,
+      credentials: withCreds({ username: USER, password: bad }),
+    });
     try {
       const err = await client.resolveImage(ref()).catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'E_REGISTRY_UNAUTHORIZED' });
@@ -145,7 +167,6 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
   it('survives a token that expires in the middle of a read (401 -> new token -> same bytes)', async () => {
     // the registry stops accepting tokens after 2 s, but the client is told they last 300 s
     tokens.setOptions({ validForSec: 2, advertisedExpiresIn: 300 });
-    const cap = captureLogger();
     const client = new RegistryClient({
       credentials: withCreds({ username: USER, password: PASS }),
       logger: cap.logger,
@@ -169,6 +190,7 @@ describe.each(['RS256', 'ES256'] as const)('bearer token auth (%s) on a real doc
   it('refreshes proactively when the announced lifetime runs out', async () => {
     tokens.setOptions({ validForSec: 6, advertisedExpiresIn: 6 });
     const client = new RegistryClient({
+      logger: cap.logger,
       credentials: withCreds({ username: USER, password: PASS }),
     });
     try {
