@@ -19,6 +19,7 @@ import {
 } from '../store/control-socket.js';
 import type { LogFormat, Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
+import { withDeadline } from '../util/abort.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
@@ -246,7 +247,10 @@ export async function runServe(
       await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
     if (mounted) {
       try {
-        await withTimeout(mounted.unmount(), UNMOUNT_TIMEOUT_MS, `unmount of ${config.mountpoint}`);
+        const unmounting = mounted.unmount();
+        await withDeadline(UNMOUNT_TIMEOUT_MS, () => unmounting, {
+          what: `unmount of ${config.mountpoint}`,
+        });
       } catch (err) {
         code = 1;
         logger.error({ err: asStoreError(err), mountpoint: config.mountpoint }, 'unmount failed');
@@ -373,17 +377,6 @@ async function refuseLiveSocket(addr: string): Promise<void> {
     `another stargz-store${typeof pid === 'number' ? ` (pid ${pid})` : ''} answers on control socket ${addr}; stop it first`,
     { path: addr },
   );
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new StoreError('E_DEADLINE', `${what} did not finish within ${ms} ms`)),
-      ms,
-    );
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
 async function finish(

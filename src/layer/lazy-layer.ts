@@ -8,7 +8,7 @@ import { asBlobSource } from '../util/blob-read.js';
 import { assemble } from './assemble.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
-import { withDeadline } from './deadline.js';
+import { sleep, withDeadline } from '../util/abort.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { SpanFetcher } from './span-fetcher.js';
@@ -240,7 +240,11 @@ export class LazyLayer {
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
     try {
-      return await withDeadline(work, opts.deadlineMs ?? this.deadlineMs, opts.signal, ctx);
+      return await withDeadline(opts.deadlineMs ?? this.deadlineMs, () => work, {
+        signal: opts.signal,
+        context: ctx,
+        what: 'read',
+      });
     } catch (err) {
       const e = asStoreError(err, 'E_IO', ctx);
       this.lastError = `${e.code}: ${e.message}`;
@@ -476,7 +480,10 @@ export class LazyLayer {
           recheck = true;
           await this.forgetLocalBytes();
         }
-        if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
+        if (attempt < passes)
+          await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal).catch(
+            () => undefined,
+          );
       }
     }
   }
@@ -523,16 +530,4 @@ export class LazyLayer {
     this.logger.error({ err: this.badError }, 'layer marked bad');
     return false;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

@@ -8,7 +8,7 @@ import { HostHealth, type HostHealthOptions } from './host-health.js';
 import { HostRangeProfiles, type RangeProfileSnapshot } from './host-range-profile.js';
 import type { Endpoint } from './hosts.js';
 import { consumeRangeOrStream, type RangeOutcome, type Span } from './range-fetch.js';
-import { abortedError, raceSignal } from './signals.js';
+import { abortedError, raceSignal } from '../util/abort.js';
 import type { Transport } from './transport.js';
 import { WholeBlobStreams, type PassingBytesSink, type WholeBlobStream } from './whole-blob-stream.js';
 

@@ -25,7 +25,7 @@ import { hostPlatform, parsePlatform, platformRank, type Platform } from './plat
 import type { ImageRef } from './reference.js';
 import { retryPolicy, type RetryOptions } from './retry.js';
 import type { PassingBytesSink } from './whole-blob-stream.js';
-import { linkSignals, raceSignal } from './signals.js';
+import { linkSignals, raceSignal } from '../util/abort.js';
 import { dump, readBody, statusError, Transport } from './transport.js';
 
 export interface RegistryClientOptions {
