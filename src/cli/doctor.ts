@@ -17,7 +17,7 @@ import { loadConfig, type StoreConfig } from '../store/config.js';
 import { controlRequest } from '../store/control-socket.js';
 import { asStoreError } from '../util/errors.js';
 import { authFilePaths, hostsFromStoreConfig } from './config-options.js';
-import { formatBytes } from './status-command.js';
+import { formatBytes } from '../util/format-bytes.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 /**
