@@ -2,9 +2,8 @@ import { StoreError, isStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { BoundedMap } from './bounded-map.js';
 import { RangeFetchShared, RegistryBlobReader, type BlobReader } from './blob-reader.js';
-import { CredentialChain, type CredentialProvider } from './credentials.js';
+import { CredentialChain } from './credentials.js';
 import { digestOf, verifyDigest } from './digest.js';
-import type { HostHealthOptions } from './host-health.js';
 import { resolveEndpoints, type Endpoint, type HostsConfig } from './hosts.js';
 import {
   MANIFEST_ACCEPT,
@@ -18,49 +17,16 @@ import {
   type ImageConfig,
   type ManifestDocument,
 } from './manifest.js';
-import { hostPlatform, parsePlatform, platformRank, type Platform } from './platform.js';
+import { choosePlatform, hostPlatform, parsePlatform, type Platform } from './platform.js';
+import type { RegistryClientOptions } from './client-options.js';
+
+export type { RegistryClientOptions } from './client-options.js';
 import type { ImageRef } from './reference.js';
-import { retryPolicy, type RetryOptions } from './retry.js';
+import { retryPolicy } from './retry.js';
 import { probeBlobSize } from './blob-size.js';
 import { matchLayer, type FoundLayer, type ResolvedImage } from './layer-match.js';
-import type { PassingBytesSink } from './whole-blob-stream.js';
 import { linkSignals, raceSignal } from '../util/abort.js';
 import { readBody, statusError, Transport } from './transport.js';
-
-export interface RegistryClientOptions {
-  /** Mirrors, plain-HTTP hosts, CA/client certificates, extra headers, timeouts per host. */
-  hosts?: HostsConfig;
-  /** Credential sources in order (e.g. the helper-channel memory provider, then auth files). */
-  credentials?: CredentialProvider | CredentialProvider[];
-  /** Platforms to select from an index, best first (`os/arch[/variant]` or objects). Default: this host. */
-  platforms?: Array<Platform | string>;
-  /** Go store defaults: max_retries 5, min_wait_msec 30, max_wait_msec 300000. */
-  retry?: RetryOptions;
-  /** Never send multi-range requests (Go `force_single_range_mode`). */
-  forceSingleRange?: boolean;
-  /** Per-attempt timeout when a host sets none (default 30 s). */
-  requestTimeoutMs?: number;
-  /** Budget for one blob fetch including retries (default 300 s, Go `fetching_timeout_sec`). */
-  fetchTimeoutMs?: number;
-  /** Budget for resolving a reference to manifest + config (default 60 s). */
-  resolveTimeoutMs?: number;
-  /** How long a tag -> digest answer is reused (default 60 s). */
-  tagTtlMs?: number;
-  maxManifestBytes?: number;
-  maxConfigBytes?: number;
-  maxRangesPerRequest?: number;
-  /** Parallel range requests per read when ranges cannot share one request (default 4). */
-  concurrency?: number;
-  /**
-   * Where a Range-ignoring host's whole-blob stream passes its bytes (the local compressed-bytes
-   * store), so a blob is streamed at most once. Unset: nothing keeps them.
-   */
-  passingBytesSink?: PassingBytesSink;
-  /** Mirror cool-down after a failure (default 30 s, doubling up to 5 min) and the clock it runs on. */
-  hostHealth?: HostHealthOptions;
-  logger?: Logger;
-  userAgent?: string;
-}
 
 interface FetchedManifest {
   digest: string;
@@ -402,18 +368,6 @@ export class RegistryClient {
     return out;
   }
 
-  private choose(entries: Descriptor[], wanted: Platform[]): Descriptor | undefined {
-    for (const w of wanted) {
-      let best: { d: Descriptor; rank: number } | undefined;
-      for (const d of entries) {
-        const r = platformRank(w, d.platform);
-        if (r >= 0 && (!best || r < best.rank)) best = { d, rank: r };
-      }
-      if (best) return best.d;
-    }
-    return undefined;
-  }
-
   private async build(
     ref: ImageRef,
     fm: FetchedManifest,
@@ -484,7 +438,7 @@ export class RegistryClient {
     const top = await this.fetchManifest(ref, ref.digest ?? ref.tag ?? 'latest', signal);
     if (top.doc.kind === 'manifest') return this.build(ref, top, undefined, undefined, signal);
     const entries = await this.flattenIndex(ref, top.doc.manifests, signal, 0);
-    const chosen = this.choose(entries, wanted);
+    const chosen = choosePlatform(entries, wanted);
     if (!chosen) {
       throw new StoreError(
         'E_PLATFORM_NOT_FOUND',
@@ -559,7 +513,7 @@ export class RegistryClient {
       if (top.doc.kind === 'manifest') return [await this.build(ref, top, undefined, undefined, signal)];
       const entries = await this.flattenIndex(ref, top.doc.manifests, signal, 0);
       const index = { digest: top.digest, mediaType: top.doc.mediaType, manifests: entries };
-      const chosen = this.choose(entries, this.platforms);
+      const chosen = choosePlatform(entries, this.platforms);
       const ordered = chosen ? [chosen, ...entries.filter((e) => e !== chosen)] : entries;
       const out: ResolvedImage[] = [];
       for (const e of ordered) {
