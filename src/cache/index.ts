@@ -15,12 +15,7 @@
  */
 export { ChunkCache, footprint, type ChunkCacheOptions, type ChunkCacheStats } from './chunk-cache.js';
 export { digestHex, isValidDigest } from './paths.js';
-export {
-  BlobStore,
-  LocalBlob,
-  chunkCacheBudget,
-  type BlobStoreOptions,
-  type BlobStoreStats,
-  type DiskBudget,
-} from './blob-store.js';
+export { BlobStore, type BlobStoreOptions, type BlobStoreStats } from './blob-store.js';
+export { chunkCacheBudget, type DiskBudget } from './blob-files.js';
+export { LocalBlob } from './local-blob.js';
 export { IntervalSet, coalesce as coalesceIntervals, type Interval } from './interval-set.js';

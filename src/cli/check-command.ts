@@ -4,7 +4,7 @@ import { DEFAULT_ROOT } from '../store/config.js';
 // The checker (format readers, cache scan) loads when the command runs: CLI start-up stays light.
 import type { StoreCheckResult } from '../store/check.js';
 import { StoreError } from '../util/errors.js';
-import { formatBytes } from './status-command.js';
+import { formatBytes } from '../util/format-bytes.js';
 import { controlRequest } from '../store/control-socket.js';
 
 /**

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { controlRequest, DEFAULT_CONTROL_SOCKET } from '../store/control-socket.js';
 import type { PinStatus } from '../store/pins.js';
 import { StoreError } from '../util/errors.js';
-import { formatBytes } from './status-command.js';
+import { formatBytes } from '../util/format-bytes.js';
 
 /**
  * `stargz-store pin add|rm|list`: pinned image sets, managed by the running store over its control

@@ -11,34 +11,19 @@ import {
   type ConfigFlags,
   type StoreConfig,
 } from '../store/config.js';
-import {
-  controlRequest,
-  startControlSocket,
-  type ControlServer,
-  type CredentialMap,
-} from '../store/control-socket.js';
+import { controlRequest, startControlSocket, type ControlServer } from '../store/control-socket.js';
 import type { LogFormat, Logger } from '../util/logger.js';
 import { sdNotify } from '../util/sd-notify.js';
+import { withDeadline } from '../util/abort.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
-// loaded by buildStore(), so `--help`, `--version` and the other commands start fast.
-import type { BlobStore, ChunkCache } from '../cache/index.js';
-import type { AccessLog } from '../store/index.js';
+// loaded by buildStore() (build-store.ts), so `--help`, `--version` and the other commands start fast.
+import { buildStore, type BuiltStore } from './build-store.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
-import {
-  chunkCacheOptions,
-  authFilePaths,
-  hostsFromStoreConfig,
-  layerStoreOptions,
-  readRegistriesConf,
-  registryClientOptions,
-  schedulerOptions,
-} from './config-options.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
 import { rootLayout, socketLock } from '../util/root-layout.js';
 import type { MetricsServer } from '../store/metrics-server.js';
-import type { PinManager } from '../store/pins.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -246,7 +231,10 @@ export async function runServe(
       await control.close().catch((err: unknown) => logger.warn({ err }, 'closing control socket failed'));
     if (mounted) {
       try {
-        await withTimeout(mounted.unmount(), UNMOUNT_TIMEOUT_MS, `unmount of ${config.mountpoint}`);
+        const unmounting = mounted.unmount();
+        await withDeadline(UNMOUNT_TIMEOUT_MS, () => unmounting, {
+          what: `unmount of ${config.mountpoint}`,
+        });
       } catch (err) {
         code = 1;
         logger.error({ err: asStoreError(err), mountpoint: config.mountpoint }, 'unmount failed');
@@ -375,17 +363,6 @@ async function refuseLiveSocket(addr: string): Promise<void> {
   );
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new StoreError('E_DEADLINE', `${what} did not finish within ${ms} ms`)),
-      ms,
-    );
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
-
 async function finish(
   cleanup: () => Promise<number>,
   logger: Logger,
@@ -405,105 +382,3 @@ function flush(logger: Logger): Promise<void> {
 }
 
 export type { StoreConfig };
-
-/** What the serve command needs from the assembled store. */
-export interface BuiltStore {
-  mount(mountpoint: string): Promise<{ unmount(): Promise<void> }>;
-  addCredentials(map: CredentialMap): void | Promise<void>;
-  status(): unknown;
-  close(): Promise<void>;
-  /** Pinned image sets (resumed from <root>/pins.json at start-up). */
-  pins?: PinManager;
-}
-
-/** Registry client, chunk cache and layer store, built from the config. */
-export async function buildStore(config: StoreConfig, logger: Logger): Promise<BuiltStore> {
-  const [
-    { BlobStore, ChunkCache, chunkCacheBudget },
-    { FetchScheduler },
-    { defaultCredentialProviders, MemoryCredentialProvider, mergeHostsConfigs, RegistryClient },
-    { AccessLog, createLayerStore, mountStore },
-    { passingBytesSink },
-    { createPinManager },
-    { setMetricSources },
-    { layerStateCounts },
-    { readLayerToc },
-  ] = await Promise.all([
-    import('../cache/index.js'),
-    import('../layer/index.js'),
-    import('../registry/index.js'),
-    import('../store/index.js'),
-    import('../store/local-blob-binding.js'),
-    import('../store/pins-deps.js'),
-    import('../util/metrics.js'),
-    import('../store/metrics-sources.js'),
-    import('../format/open-layer.js'),
-  ]);
-  const hosts = mergeHostsConfigs(
-    hostsFromStoreConfig(config),
-    await readRegistriesConf(config.registry.registriesConf, logger),
-  );
-  const memory = new MemoryCredentialProvider();
-  const registry = new RegistryClient({
-    ...registryClientOptions(
-      config,
-      hosts,
-      defaultCredentialProviders(memory, { paths: authFilePaths(config) }),
-      logger,
-    ),
-    // a Range-ignoring mirror's one stream per blob fills the layer's local copy
-    passingBytesSink: passingBytesSink(() => blobs),
-  });
-  let cache: ChunkCache | undefined;
-  let blobs: BlobStore | undefined;
-  let accessLog: AccessLog | undefined;
-  try {
-    if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
-    cache = await ChunkCache.open(chunkCacheOptions(config, logger));
-    // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
-    blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
-    const tuning = layerStoreOptions(config);
-    const store = createLayerStore({
-      ...tuning,
-      registry,
-      cache,
-      blobs,
-      credentials: memory,
-      logger,
-      ...(accessLog ? { accessLog } : {}),
-      openLayer: (reader, o) => readLayerToc(reader, { ...o, maxEntries: config.maxTocEntries }),
-      layer: { ...tuning.layer, scheduler: new FetchScheduler(schedulerOptions(config)) },
-    });
-    const c = cache;
-    const b = blobs;
-    const pins = createPinManager({ root: config.root, registry, store, logger });
-    // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
-    await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
-    setMetricSources({
-      cache: () => c.stats(),
-      layers: () => layerStateCounts(store.status()),
-      pins: () => pins.counts(),
-    });
-    return {
-      pins,
-      mount: (mountpoint) => mountStore(mountpoint, store, { allowOther: true, debug: config.debug, logger }),
-      addCredentials: (map) => {
-        store.addCredentials(map);
-      },
-      status: () => store.status(),
-      close: async () => {
-        await pins.close();
-        await store.close();
-        await b.close();
-        await c.close();
-        await registry.close();
-      },
-    };
-  } catch (err) {
-    await accessLog?.close();
-    await blobs?.close();
-    await cache?.close();
-    await registry.close();
-    throw err;
-  }
-}

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { controlRequest, DEFAULT_CONTROL_SOCKET } from '../store/control-socket.js';
+import { formatBytes } from '../util/format-bytes.js';
 
 /**
  * `stargz-store status [--addr SOCK] [--json] [--no-trunc]`: the operator's view of a running store,
@@ -41,18 +42,6 @@ export function normalizeStatus(raw: unknown): StoreStatus {
     return raw as StoreStatus;
   }
   return { layers: [] };
-}
-
-export function formatBytes(n: number | undefined): string {
-  if (n === undefined || !Number.isFinite(n)) return '-';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
 }
 
 function shortDigest(d: string | undefined, trunc: boolean): string {

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import type { Logger } from '../util/logger.js';
 import { silentLogger } from '../util/logger.js';
 import { StoreError } from '../util/errors.js';
-import { withDeadline } from './deadline.js';
+import { withDeadline } from '../util/abort.js';
 import { timeFuseOp } from '../util/metrics.js';
 import { Errno, FsError, errnoFor } from './errno.js';
 import { buildMountOptions, unmountPath, type MountOptions } from './mount-util.js';
@@ -103,7 +103,7 @@ export async function mountVirtualFs(
     } catch {
       ms = 5000;
     }
-    timeFuseOp(op, withDeadline(ms, work, { op, path })).then(answer, (err: unknown) => {
+    timeFuseOp(op, withDeadline(ms, work, { context: { op, path } })).then(answer, (err: unknown) => {
       const name = errnoFor(err);
       if (err instanceof StoreError && err.code === 'E_DEADLINE') {
         log.warn({ op, path, ms }, 'fuse operation hit its deadline');

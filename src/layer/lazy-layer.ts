@@ -7,73 +7,16 @@ import { backgroundPass } from './background.js';
 import { asBlobSource } from '../util/blob-read.js';
 import { assemble } from './assemble.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
-import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
-import { withDeadline } from './deadline.js';
+import { sleep, withDeadline } from '../util/abort.js';
 import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { SpanFetcher } from './span-fetcher.js';
 import { layerStateWriteFaults } from '../util/write-faults.js';
 import { loadLayerState, saveLayerState } from './state-file.js';
-import type { RangeReader } from '../util/range-reader.js';
-import type { BlobSource, LayerState, ReadOptions } from './types.js';
+import type { LayerState, ReadOptions } from './types.js';
+import type { LazyLayerOptions } from './lazy-layer-options.js';
 
-export interface LazyLayerOptions {
-  index: LayerIndex;
-  /** A plain RangeReader is read through the single-read fallback. */
-  source: BlobSource | RangeReader;
-  cache: ChunkCache;
-  /** Stable id for pins, logs and persisted state (e.g. the blob digest). */
-  layerKey: string;
-  /** The image config's rootfs.diff_ids entry; enables the whole-layer DiffID check. */
-  expectedDiffID?: string;
-  /** Share one scheduler across all layers of a store so on-demand reads preempt every layer. */
-  scheduler?: FetchScheduler;
-  /** Default per-read deadline. Default 30 000 ms. */
-  deadlineMs?: number;
-  /** Run the prefetch at start(). Default true. */
-  prefetch?: boolean;
-  /** Compressed prefix to prefetch when the layer has no landmark. Default 0. */
-  prefetchBytes?: number;
-  /**
-   * Compressed bytes per prefetch batch (two batches in flight). Default 4 MiB: an on-demand read
-   * inside a batch in flight waits for that batch's request to complete, so batches stay small.
-   */
-  prefetchBatchBytes?: number;
-  /** Fetch the whole layer in the background after the prefetch. Default true. */
-  backgroundFetch?: boolean;
-  /**
-   * Compressed bytes per background request. Default 2 MiB: a preempted unit loses at most this
-   * much work, and window x unit bounds the pass's memory.
-   */
-  backgroundUnitBytes?: number;
-  /** Background units of this layer in flight at once. Default 2. */
-  backgroundWindow?: number;
-  /** Missing spans of an on-demand read closer than this are fetched as one range. Default 4096. */
-  maxGap?: number;
-  /** Prefetch spans closer than this are fetched as one range. Default 1 MiB. */
-  prefetchMaxGap?: number;
-  /** Local compressed bytes, asked before the network (the resume store). */
-  localBytes?: LocalCompressedBytes;
-  /** Receives every compressed byte fetched from the network, once (the resume store). */
-  onCompressedBytes?: CompressedBytesSink;
-  /** The layer is fully verified (now or from persisted state): local compressed bytes may go. */
-  onFullyVerified?: () => Promise<void>;
-  /** A re-check from the origin is about to run: local compressed bytes must not be trusted. */
-  beforeRecheck?: () => Promise<void>;
-  /**
-   * Decompress + hash the DiffID stream in a worker thread. Default false: on this thread (gzip
-   * inflates on libuv's pool; measured: a DiffID worker costs 35-40 MiB RSS, the inline hash a
-   * few % of the main thread at the background bandwidth bound).
-   */
-  diffIdWorker?: boolean;
-  /** Directory for persisted layer state (DiffID verified); none: nothing persisted. */
-  stateDir?: string;
-  /** Delay before retrying a failed background pass (multiplied by the attempt). Default 30 s. */
-  retryDelayMs?: number;
-  /** Background passes before giving up. Default 3. */
-  maxBackgroundPasses?: number;
-  logger?: Logger;
-}
+export type { LazyLayerOptions } from './lazy-layer-options.js';
 
 let defaultScheduler: FetchScheduler | undefined;
 
@@ -241,7 +184,11 @@ export class LazyLayer {
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
     try {
-      return await withDeadline(work, opts.deadlineMs ?? this.deadlineMs, opts.signal, ctx);
+      return await withDeadline(opts.deadlineMs ?? this.deadlineMs, () => work, {
+        signal: opts.signal,
+        context: ctx,
+        what: 'read',
+      });
     } catch (err) {
       const e = asStoreError(err, 'E_IO', ctx);
       this.lastError = `${e.code}: ${e.message}`;
@@ -477,7 +424,10 @@ export class LazyLayer {
           recheck = true;
           await this.forgetLocalBytes();
         }
-        if (attempt < passes) await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal);
+        if (attempt < passes)
+          await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal).catch(
+            () => undefined,
+          );
       }
     }
   }
@@ -532,16 +482,4 @@ export class LazyLayer {
     this.logger.error({ err: this.badError }, 'layer marked bad');
     return false;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

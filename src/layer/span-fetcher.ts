@@ -1,4 +1,4 @@
-import { raceAbort } from '../util/abort.js';
+import { raceAbort, raceWith } from '../util/abort.js';
 import { checkLengths, type BlobRangeSource, type ByteRange } from '../util/blob-read.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -117,28 +117,13 @@ export class SpanFetcher {
     signal: AbortSignal | undefined,
   ): Promise<T> {
     if (signal === undefined) return all;
-    all.catch(() => undefined);
-    return new Promise<T>((resolve, reject) => {
-      // checked a microtask later: the on-demand fetch that preempts us joins our spans in the
-      // same synchronous run, just after aborting the background tasks
-      const onAbort = (): void => {
-        void Promise.resolve().then(() => {
-          if ([...joined].every((b) => b.pinned > 0)) return;
-          reject(signal.reason as Error);
-        });
-      };
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      all.then(
-        (v) => {
-          signal.removeEventListener('abort', onAbort);
-          resolve(v);
-        },
-        (e: unknown) => {
-          signal.removeEventListener('abort', onAbort);
-          reject(e as Error);
-        },
-      );
+    // checked a microtask later: the on-demand fetch that preempts us joins our spans in the
+    // same synchronous run, just after aborting the background tasks
+    return raceWith(all, signal, (reject) => {
+      void Promise.resolve().then(() => {
+        if ([...joined].every((b) => b.pinned > 0)) return;
+        reject(signal.reason);
+      });
     });
   }
 

@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { writeFileAtomic } from '../util/atomic-file.js';
 
 /** What survives a restart about a layer: only facts that are expensive to re-establish. */
 export interface PersistedLayerState {
@@ -34,7 +34,5 @@ export async function loadLayerState(
 export async function saveLayerState(dir: string, state: PersistedLayerState): Promise<void> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const file = fileFor(dir, state.layerKey);
-  const tmp = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-  await writeFile(tmp, JSON.stringify(state) + '\n', { mode: 0o600 });
-  await rename(tmp, file);
+  await writeFileAtomic(file, JSON.stringify(state) + '\n');
 }

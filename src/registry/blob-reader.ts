@@ -1,18 +1,19 @@
 import { mapLimit } from '../util/async.js';
 import { checkLengths, type BlobRangeSource, type ReadRangesOptions } from '../util/blob-read.js';
 import { isStoreError, StoreError, type ErrorContext } from '../util/errors.js';
-import { silentLogger, type Logger } from '../util/logger.js';
+import type { Logger } from '../util/logger.js';
 import { checkRange, type RangeReader } from '../util/range-reader.js';
 import { coalesce, rangeHeader, type ByteRange } from './byte-ranges.js';
-import { HostHealth, type HostHealthOptions } from './host-health.js';
-import { HostRangeProfiles, type RangeProfileSnapshot } from './host-range-profile.js';
 import type { Endpoint } from './hosts.js';
 import { consumeRangeOrStream, type RangeOutcome, type Span } from './range-fetch.js';
-import { abortedError, raceSignal } from './signals.js';
+import { abortedError, raceSignal } from '../util/abort.js';
 import type { Transport } from './transport.js';
-import { WholeBlobStreams, type PassingBytesSink, type WholeBlobStream } from './whole-blob-stream.js';
+import { RangeFetchShared } from './range-fetch-shared.js';
+import { covered, extract, subtract } from './span-bytes.js';
+import type { WholeBlobStream } from './whole-blob-stream.js';
 
 export type { ByteRange } from './byte-ranges.js';
+export { RangeFetchShared, type RangeFetchSharedOptions } from './range-fetch-shared.js';
 
 export interface BlobReaderStats {
   /** HTTP requests answered for this blob (range requests and whole-blob streams). */
@@ -30,69 +31,6 @@ export interface BlobReaderStats {
 export interface BlobReader extends RangeReader, BlobRangeSource {
   readonly digest: string;
   stats(): BlobReaderStats;
-}
-
-export interface RangeFetchSharedOptions extends HostHealthOptions {
-  /** Most ranges in one multi-range request before a host taught us its limit (default 64). */
-  maxRangesPerRequest?: number;
-  /** Where whole-blob stream bytes nobody waits for go (the local compressed-bytes store). */
-  sink?: PassingBytesSink;
-  /** A whole-blob stream with no byte for this long fails (default 60 s). */
-  streamIdleTimeoutMs?: number;
-  /**
-   * `ranged_reads = "split"` mirrors: a read starting more than this many bytes ahead of the
-   * whole-blob stream goes to the next host instead of waiting (default 1 MiB).
-   */
-  splitAheadBytes?: number;
-  logger?: Logger;
-}
-
-/**
- * Per-process state behind every RegistryBlobReader of one registry client: what each host does
- * with Range, which hosts are cooling down, the live whole-blob streams, and bytes per host.
- */
-export class RangeFetchShared {
-  readonly profiles: HostRangeProfiles;
-  readonly health: HostHealth;
-  readonly streams: WholeBlobStreams;
-  readonly logger: Logger;
-  readonly sink: PassingBytesSink | undefined;
-  readonly splitAheadBytes: number;
-  private readonly bytes = new Map<string, number>();
-  private readonly requests = new Map<string, number>();
-
-  constructor(o: RangeFetchSharedOptions = {}) {
-    this.logger = o.logger ?? silentLogger;
-    this.sink = o.sink;
-    this.splitAheadBytes = o.splitAheadBytes ?? 1 << 20;
-    this.profiles = new HostRangeProfiles(o.maxRangesPerRequest ?? 64, (host, what, snap) =>
-      this.logger.info({ host, why: what, ...snap }, 'learned how this host answers Range requests'),
-    );
-    this.health = new HostHealth(o);
-    this.streams = new WholeBlobStreams({
-      ...(o.sink ? { sink: o.sink } : {}),
-      ...(o.streamIdleTimeoutMs !== undefined ? { idleTimeoutMs: o.streamIdleTimeoutMs } : {}),
-      logger: this.logger,
-    });
-  }
-
-  count(origin: string, bytes: number, requests: number): void {
-    if (bytes) this.bytes.set(origin, (this.bytes.get(origin) ?? 0) + bytes);
-    if (requests) this.requests.set(origin, (this.requests.get(origin) ?? 0) + requests);
-  }
-
-  /** Blob body bytes and range requests per origin (status output, tests, the README figures). */
-  traffic(): Record<string, { bytes: number; requests: number }> {
-    const out: Record<string, { bytes: number; requests: number }> = {};
-    for (const o of new Set([...this.bytes.keys(), ...this.requests.keys()])) {
-      out[o] = { bytes: this.bytes.get(o) ?? 0, requests: this.requests.get(o) ?? 0 };
-    }
-    return out;
-  }
-
-  rangeProfiles(): Record<string, RangeProfileSnapshot> {
-    return this.profiles.snapshot();
-  }
 }
 
 export interface RegistryBlobReaderOptions {
@@ -549,56 +487,4 @@ export class RegistryBlobReader implements BlobReader {
       },
     });
   }
-}
-
-/** Bytes in `ranges`. */
-function covered(ranges: readonly ByteRange[]): number {
-  return ranges.reduce((s, r) => s + r.length, 0);
-}
-
-/** `ranges` (sorted, disjoint) minus everything the spans hold. */
-export function subtract(ranges: readonly ByteRange[], spans: readonly Span[]): ByteRange[] {
-  const have = coalesce(spans.map((s) => ({ offset: s.offset, length: s.data.length })));
-  const out: ByteRange[] = [];
-  for (const r of ranges) {
-    let pos = r.offset;
-    const end = r.offset + r.length;
-    for (const h of have) {
-      const hEnd = h.offset + h.length;
-      if (hEnd <= pos || h.offset >= end) continue;
-      if (h.offset > pos) out.push({ offset: pos, length: h.offset - pos });
-      pos = Math.max(pos, hEnd);
-      if (pos >= end) break;
-    }
-    if (pos < end) out.push({ offset: pos, length: end - pos });
-  }
-  return out;
-}
-
-/** Bytes of `r` from sorted spans: a view when one span holds them, else stitched. */
-function extract(spans: readonly Span[], r: ByteRange, ctx: ErrorContext): Buffer {
-  if (r.length === 0) return Buffer.alloc(0);
-  const end = r.offset + r.length;
-  for (const s of spans) {
-    if (s.offset <= r.offset && s.offset + s.data.length >= end) {
-      return s.data.subarray(r.offset - s.offset, end - s.offset);
-    }
-  }
-  const out = Buffer.allocUnsafe(r.length);
-  let pos = r.offset;
-  for (const s of spans) {
-    const sEnd = s.offset + s.data.length;
-    if (sEnd <= pos || s.offset > pos) continue;
-    const to = Math.min(end, sEnd);
-    s.data.copy(out, pos - r.offset, pos - s.offset, to - s.offset);
-    pos = to;
-    if (pos >= end) break;
-  }
-  if (pos < end) {
-    throw new StoreError('E_REGISTRY_PROTOCOL', `bytes from ${pos} missing after fetch`, {
-      ...ctx,
-      offset: pos,
-    });
-  }
-  return out;
 }

@@ -2,10 +2,8 @@ import { StoreError, isStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { BoundedMap } from './bounded-map.js';
 import { RangeFetchShared, RegistryBlobReader, type BlobReader } from './blob-reader.js';
-import { parseContentRange } from './byte-ranges.js';
-import { CredentialChain, type CredentialProvider } from './credentials.js';
+import { CredentialChain } from './credentials.js';
 import { digestOf, verifyDigest } from './digest.js';
-import type { HostHealthOptions } from './host-health.js';
 import { resolveEndpoints, type Endpoint, type HostsConfig } from './hosts.js';
 import {
   MANIFEST_ACCEPT,
@@ -13,91 +11,22 @@ import {
   MEDIA_DOCKER_MANIFEST,
   MEDIA_OCI_INDEX,
   MEDIA_OCI_MANIFEST,
-  TOC_ANNOTATIONS,
   parseImageConfig,
   parseManifestDocument,
   type Descriptor,
   type ImageConfig,
-  type ImageManifest,
   type ManifestDocument,
 } from './manifest.js';
-import { hostPlatform, parsePlatform, platformRank, type Platform } from './platform.js';
+import { choosePlatform, hostPlatform, parsePlatform, type Platform } from './platform.js';
+import type { RegistryClientOptions } from './client-options.js';
+
+export type { RegistryClientOptions } from './client-options.js';
 import type { ImageRef } from './reference.js';
-import { retryPolicy, type RetryOptions } from './retry.js';
-import type { PassingBytesSink } from './whole-blob-stream.js';
-import { linkSignals, raceSignal } from './signals.js';
-import { dump, readBody, statusError, Transport } from './transport.js';
-
-export interface RegistryClientOptions {
-  /** Mirrors, plain-HTTP hosts, CA/client certificates, extra headers, timeouts per host. */
-  hosts?: HostsConfig;
-  /** Credential sources in order (e.g. the helper-channel memory provider, then auth files). */
-  credentials?: CredentialProvider | CredentialProvider[];
-  /** Platforms to select from an index, best first (`os/arch[/variant]` or objects). Default: this host. */
-  platforms?: Array<Platform | string>;
-  /** Go store defaults: max_retries 5, min_wait_msec 30, max_wait_msec 300000. */
-  retry?: RetryOptions;
-  /** Never send multi-range requests (Go `force_single_range_mode`). */
-  forceSingleRange?: boolean;
-  /** Per-attempt timeout when a host sets none (default 30 s). */
-  requestTimeoutMs?: number;
-  /** Budget for one blob fetch including retries (default 300 s, Go `fetching_timeout_sec`). */
-  fetchTimeoutMs?: number;
-  /** Budget for resolving a reference to manifest + config (default 60 s). */
-  resolveTimeoutMs?: number;
-  /** How long a tag -> digest answer is reused (default 60 s). */
-  tagTtlMs?: number;
-  maxManifestBytes?: number;
-  maxConfigBytes?: number;
-  maxRangesPerRequest?: number;
-  /** Parallel range requests per read when ranges cannot share one request (default 4). */
-  concurrency?: number;
-  /**
-   * Where a Range-ignoring host's whole-blob stream passes its bytes (the local compressed-bytes
-   * store), so a blob is streamed at most once. Unset: nothing keeps them.
-   */
-  passingBytesSink?: PassingBytesSink;
-  /** Mirror cool-down after a failure (default 30 s, doubling up to 5 min) and the clock it runs on. */
-  hostHealth?: HostHealthOptions;
-  logger?: Logger;
-  userAgent?: string;
-}
-
-export interface LayerDescriptor {
-  digest: string;
-  size: number;
-  mediaType: string;
-  annotations: Record<string, string>;
-}
-
-/** An image resolved for one platform. */
-export interface ResolvedImage {
-  ref: ImageRef;
-  /** Digest of the platform manifest (not of the index). */
-  manifestDigest: string;
-  manifest: ImageManifest;
-  /** The manifest bytes as served (what the digest covers). */
-  manifestBytes: Buffer;
-  config: ImageConfig;
-  /** The config blob as served (verified against configDigest). */
-  configBytes: Buffer;
-  configDigest: string;
-  platform: Platform;
-  layers: LayerDescriptor[];
-  diffIDs: string[];
-  /** When the reference named an index: its digest and every manifest it lists (nested indexes flattened). */
-  index?: { digest: string; mediaType: string; manifests: Descriptor[] };
-}
-
-/** How a name matched a layer: its blob digest (OLD c/storage) or a TOC digest annotation (NEW). */
-export type LayerMatchKind = 'blob' | 'toc';
-
-export interface FoundLayer {
-  image: ResolvedImage;
-  layerIndex: number;
-  descriptor: LayerDescriptor;
-  matchedBy: LayerMatchKind;
-}
+import { retryPolicy } from './retry.js';
+import { probeBlobSize } from './blob-size.js';
+import { matchLayer, type FoundLayer, type ResolvedImage } from './layer-match.js';
+import { linkSignals, raceSignal } from '../util/abort.js';
+import { readBody, statusError, Transport } from './transport.js';
 
 interface FetchedManifest {
   digest: string;
@@ -439,18 +368,6 @@ export class RegistryClient {
     return out;
   }
 
-  private choose(entries: Descriptor[], wanted: Platform[]): Descriptor | undefined {
-    for (const w of wanted) {
-      let best: { d: Descriptor; rank: number } | undefined;
-      for (const d of entries) {
-        const r = platformRank(w, d.platform);
-        if (r >= 0 && (!best || r < best.rank)) best = { d, rank: r };
-      }
-      if (best) return best.d;
-    }
-    return undefined;
-  }
-
   private async build(
     ref: ImageRef,
     fm: FetchedManifest,
@@ -521,7 +438,7 @@ export class RegistryClient {
     const top = await this.fetchManifest(ref, ref.digest ?? ref.tag ?? 'latest', signal);
     if (top.doc.kind === 'manifest') return this.build(ref, top, undefined, undefined, signal);
     const entries = await this.flattenIndex(ref, top.doc.manifests, signal, 0);
-    const chosen = this.choose(entries, wanted);
+    const chosen = choosePlatform(entries, wanted);
     if (!chosen) {
       throw new StoreError(
         'E_PLATFORM_NOT_FOUND',
@@ -596,7 +513,7 @@ export class RegistryClient {
       if (top.doc.kind === 'manifest') return [await this.build(ref, top, undefined, undefined, signal)];
       const entries = await this.flattenIndex(ref, top.doc.manifests, signal, 0);
       const index = { digest: top.digest, mediaType: top.doc.mediaType, manifests: entries };
-      const chosen = this.choose(entries, this.platforms);
+      const chosen = choosePlatform(entries, this.platforms);
       const ordered = chosen ? [chosen, ...entries.filter((e) => e !== chosen)] : entries;
       const out: ResolvedImage[] = [];
       for (const e of ordered) {
@@ -623,7 +540,9 @@ export class RegistryClient {
         ref,
         'blob',
         async (ep) => {
-          const size = await this.probeSize(ep, ref, digest, linked.signal, started);
+          const size = await probeBlobSize(this.transport, this.logger, ep, ref, digest, linked.signal, () =>
+            this.remaining(started, this.o.resolveTimeoutMs),
+          );
           if (opts.size !== undefined && size !== opts.size) {
             throw new StoreError(
               'E_REGISTRY_PROTOCOL',
@@ -657,71 +576,6 @@ export class RegistryClient {
       linked.dispose();
     }
   }
-
-  private async probeSize(
-    ep: Endpoint,
-    ref: ImageRef,
-    digest: string,
-    signal: AbortSignal,
-    started: number,
-  ): Promise<number> {
-    const base = {
-      ep,
-      path: `blobs/${digest}`,
-      ref: ref.toString(),
-      what: 'blob',
-      signal,
-      context: { digest },
-    };
-    const ctx = { host: ep.host, digest, what: 'blob' };
-    const head = await this.transport.send(
-      { ...base, method: 'HEAD', deadlineMs: this.remaining(started, this.o.resolveTimeoutMs) },
-      async (res) => {
-        // The registry itself saying "no such blob" or "who are you" is final. Anything else that
-        // is not a 200 falls back to the GET probe: front-ends that refuse HEAD (405, 403), and
-        // pre-signed storage URLs after a redirect, which are often signed for GET only (403/401).
-        const crossOrigin = res.url.origin !== ep.origin;
-        if (!crossOrigin && (res.status === 404 || res.status === 401)) throw await statusError(res, ctx);
-        await dump(res);
-        if (res.status !== 200) {
-          this.logger.debug(
-            { ...ctx, status: res.status, crossOrigin },
-            'HEAD gave no blob size; probing with a one-byte range GET',
-          );
-          return undefined;
-        }
-        const dcd = res.headers['docker-content-digest'];
-        if (typeof dcd === 'string' && dcd !== digest) {
-          throw new StoreError('E_REGISTRY_PROTOCOL', `registry answered for ${dcd.slice(0, 80)}`, ctx);
-        }
-        const n = Number(res.headers['content-length']);
-        return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
-      },
-    );
-    if (head !== undefined) return head;
-    // Some storage front-ends refuse HEAD or omit its length: one byte tells the total.
-    return this.transport.send(
-      {
-        ...base,
-        headers: { range: 'bytes=0-0', 'accept-encoding': 'identity' },
-        deadlineMs: this.remaining(started, this.o.resolveTimeoutMs),
-      },
-      async (res) => {
-        if (res.status === 206) {
-          const cr = parseContentRange(res.headers['content-range'], ctx);
-          await dump(res);
-          return cr.total;
-        }
-        if (res.status === 200) {
-          const n = Number(res.headers['content-length']);
-          res.body.destroy();
-          if (Number.isSafeInteger(n) && n >= 0) return n;
-          throw new StoreError('E_REGISTRY_PROTOCOL', 'cannot determine the blob size', ctx);
-        }
-        throw await statusError(res, ctx);
-      },
-    );
-  }
 }
 
 /** The host itself failed (unreachable, 5xx, garbled answers), not just this request's object. */
@@ -733,22 +587,4 @@ function hostDown(err: unknown): boolean {
     isStoreError(err, 'E_REGISTRY_PROTOCOL') ||
     isStoreError(err, 'E_IO')
   );
-}
-
-/** Match a layer by blob digest, else by a TOC annotation. */
-export function matchLayer(
-  layers: ReadonlyArray<Descriptor | LayerDescriptor>,
-  digestOrToc: string,
-): { layerIndex: number; descriptor: LayerDescriptor; matchedBy: LayerMatchKind } | undefined {
-  const pick = (l: Descriptor | LayerDescriptor): LayerDescriptor => ({
-    digest: l.digest,
-    size: l.size,
-    mediaType: l.mediaType,
-    annotations: l.annotations,
-  });
-  const i = layers.findIndex((l) => l.digest === digestOrToc);
-  if (i >= 0) return { layerIndex: i, descriptor: pick(layers[i]!), matchedBy: 'blob' };
-  const j = layers.findIndex((l) => TOC_ANNOTATIONS.some((k) => l.annotations[k] === digestOrToc));
-  if (j >= 0) return { layerIndex: j, descriptor: pick(layers[j]!), matchedBy: 'toc' };
-  return undefined;
 }

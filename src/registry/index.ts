@@ -32,15 +32,14 @@ export {
   isValidDigest,
   type ImageRef,
 } from './reference.js';
+export { RegistryClient, type RegistryClientOptions } from './client.js';
 export {
-  RegistryClient,
   matchLayer,
-  type RegistryClientOptions,
   type ResolvedImage,
   type FoundLayer,
   type LayerDescriptor,
   type LayerMatchKind,
-} from './client.js';
+} from './layer-match.js';
 export {
   MemoryCredentialProvider,
   CredentialChain,

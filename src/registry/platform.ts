@@ -1,4 +1,5 @@
 import { StoreError } from '../util/errors.js';
+import type { Descriptor } from './manifest.js';
 
 /** OCI platform (only the fields that select a manifest). */
 export interface Platform {
@@ -121,4 +122,17 @@ export function platformRank(wanted: Platform, candidate: Platform | undefined):
 
 export function platformMatches(wanted: Platform, candidate: Platform | undefined): boolean {
   return platformRank(wanted, candidate) >= 0;
+}
+
+/** The entry of an index that best fits the first wanted platform any entry fits. */
+export function choosePlatform(entries: Descriptor[], wanted: Platform[]): Descriptor | undefined {
+  for (const w of wanted) {
+    let best: { d: Descriptor; rank: number } | undefined;
+    for (const d of entries) {
+      const r = platformRank(w, d.platform);
+      if (r >= 0 && (!best || r < best.rank)) best = { d, rank: r };
+    }
+    if (best) return best.d;
+  }
+  return undefined;
 }

@@ -15,7 +15,8 @@ import {
   parseRetryAfter,
   type RetryPolicy,
 } from './retry.js';
-import { abortedError, AttemptTimeout, linkSignals, sleep } from './signals.js';
+import { abortedError, linkSignals, sleep } from '../util/abort.js';
+import { AttemptTimeout } from './signals.js';
 
 export type Headers = Record<string, string | string[] | undefined>;
 

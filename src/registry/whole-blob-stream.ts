@@ -1,6 +1,6 @@
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { abortedError } from './signals.js';
+import { abortedError } from '../util/abort.js';
 
 /**
  * Where the bytes of a whole-blob stream go as they pass: the lead connects this to the local

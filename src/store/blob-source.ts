@@ -1,4 +1,4 @@
-import { raceSignal } from '../registry/signals.js';
+import { raceSignal } from '../util/abort.js';
 import {
   asBlobSource,
   type BlobRangeSource,

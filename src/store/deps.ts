@@ -5,7 +5,7 @@
  */
 import type { LayerIndex, TreeNode } from '../format/model.js';
 import type { UnverifiedToc } from '../format/unverified-toc.js';
-import type { FoundLayer, LayerDescriptor } from '../registry/client.js';
+import type { FoundLayer, LayerDescriptor } from '../registry/layer-match.js';
 import type { RangeReader } from '../util/range-reader.js';
 import type { Logger } from '../util/logger.js';
 

@@ -1,6 +1,6 @@
 import { uncompressedSizeAnnotation } from '../registry/manifest.js';
 import type { Logger } from '../util/logger.js';
-import { withDeadline } from '../fs/deadline.js';
+import { withDeadline } from '../util/abort.js';
 import { tarSizeFromTarSplit } from '../format/zstdchunked/tar-split-size.js';
 import { tocTarSize } from '../format/tar-size.js';
 import type { LayerMatch, LazyLayerLike } from './deps.js';
@@ -51,8 +51,7 @@ export class DiffSizePolicy {
         const n = await withDeadline(
           TAR_SPLIT_BUDGET_MS,
           (s) => tarSizeFromTarSplit(handle.blob, handle.index, s),
-          ctx,
-          signal,
+          { context: ctx, signal },
         );
         if (n !== undefined) return { diffSize: n, diffSizeSource: 'tar-split' };
       } catch (err) {

@@ -1,4 +1,5 @@
-import type { BlobStore, LocalBlob } from '../cache/blob-store.js';
+import type { BlobStore } from '../cache/blob-store.js';
+import type { LocalBlob } from '../cache/local-blob.js';
 import type { LocalCompressedBytes } from '../layer/compressed-store.js';
 import type { PassingBytesSink } from '../registry/whole-blob-stream.js';
 import { asStoreError } from '../util/errors.js';

@@ -1,6 +1,7 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile, unlink } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { writeFileAtomic } from '../util/atomic-file.js';
 import { StoreError } from '../util/errors.js';
 import type { LayerRecord } from './record.js';
 import { rootLayout } from '../util/root-layout.js';
@@ -126,12 +127,9 @@ export class MetaStore {
   }
 
   private async atomicWrite(path: string, data: string | Buffer): Promise<void> {
-    const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
     try {
-      await writeFile(tmp, data, { mode: 0o600 });
-      await rename(tmp, path);
+      await writeFileAtomic(path, data);
     } catch (err) {
-      await unlink(tmp).catch(() => undefined);
       throw new StoreError('E_IO', `cannot write ${path}: ${(err as Error).message}`, { path });
     }
   }

@@ -1,7 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { writeFileAtomic } from '../util/atomic-file.js';
 import { StoreError, asStoreError } from '../util/errors.js';
+import { formatBytes } from '../util/format-bytes.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { rootLayout } from '../util/root-layout.js';
 
@@ -171,8 +172,8 @@ export class PinManager {
     if (free < 2 * needed) {
       throw new StoreError(
         'E_TOO_LARGE',
-        `not enough free space to pin ${fresh.map((p) => p.ref).join(', ')}: ${fmt(free)} free, ` +
-          `${fmt(2 * needed)} needed (twice the ${fmt(needed)} still to fetch, uncompressed)`,
+        `not enough free space to pin ${fresh.map((p) => p.ref).join(', ')}: ${formatBytes(free)} free, ` +
+          `${formatBytes(2 * needed)} needed (twice the ${formatBytes(needed)} still to fetch, uncompressed)`,
         { free, needed },
       );
     }
@@ -297,7 +298,7 @@ export class PinManager {
     const body = `${JSON.stringify({ version: 1, pins: [...this.pins.values()] }, null, 1)}\n`;
     // writes in order; a failed write is logged and retried by the next change
     this.saving = this.saving.then(() =>
-      atomicWrite(pinsFile(this.d.root), body).catch((err: unknown) =>
+      saveFile(pinsFile(this.d.root), body).catch((err: unknown) =>
         this.log.error({ err: asStoreError(err) }, 'cannot save pins.json'),
       ),
     );
@@ -305,25 +306,7 @@ export class PinManager {
   }
 }
 
-async function atomicWrite(path: string, data: string): Promise<void> {
+async function saveFile(path: string, data: string): Promise<void> {
   await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-  const tmp = `${path}.${randomBytes(6).toString('hex')}.tmp`;
-  try {
-    await writeFile(tmp, data, { mode: 0o600 });
-    await rename(tmp, path);
-  } catch (err) {
-    await unlink(tmp).catch(() => undefined);
-    throw err;
-  }
-}
-
-function fmt(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
+  await writeFileAtomic(path, data);
 }

@@ -1,5 +1,5 @@
 import type { Compression, LayerFormat } from '../format/model.js';
-import type { LayerMatchKind } from '../registry/client.js';
+import type { LayerMatchKind } from '../registry/layer-match.js';
 
 /**
  * Everything the store learned when it resolved `<ref>/<digest>`, persisted under `<root>` so the

@@ -1,7 +1,7 @@
 import { ANNOTATION_STARGZ_TOC, tocAnnotation, tocOffsetHint } from '../registry/manifest.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { withDeadline } from '../fs/deadline.js';
+import { withDeadline } from '../util/abort.js';
 import type { CreateLayerFn, LayerMatch, OpenLayerFn, StoreRegistry } from './deps.js';
 import { DiffSizePolicy } from './diff-size.js';
 import { EagerQueue, KnownImages, siblingNames } from './eager.js';
@@ -149,7 +149,7 @@ export class LayerResolver {
         digest,
       });
     }
-    const r = await withDeadline(remaining, () => inflight, { ref, digest });
+    const r = await withDeadline(remaining, () => inflight, { context: { ref, digest } });
     this.pool.activate(r.handle);
     return r;
   }
@@ -161,8 +161,7 @@ export class LayerResolver {
     e.startedAt = started;
     e.failure = undefined;
     const inflight = withDeadline(this.o.resolveTimeoutMs, (signal) => this.doResolve(e, signal), {
-      ref,
-      digest,
+      context: { ref, digest },
     })
       .then(
         (r) => {

@@ -151,18 +151,26 @@ function cacheSnapshot(): CacheMetricsSnapshot | undefined {
   }
 }
 
+/** A scrape-time collector mirroring the cache's snapshot: reset, then `write` it (when there is one). */
+function fromCache<M extends { reset(): void }>(
+  write: (metric: M, s: CacheMetricsSnapshot) => void,
+): (this: M) => void {
+  return function (this: M): void {
+    const s = cacheSnapshot();
+    this.reset();
+    if (s !== undefined) write(this, s);
+  };
+}
+
 new Gauge({
   name: 'stargz_store_cache_bytes',
   help: 'Bytes held by the chunk cache, by tier (disk = block-rounded file sizes, memory = LRU)',
   labelNames: ['tier'] as const,
   registers: [metricsRegistry],
-  collect() {
-    const s = cacheSnapshot();
-    this.reset();
-    if (s === undefined) return;
-    this.set({ tier: 'disk' }, s.diskBytes);
-    this.set({ tier: 'memory' }, s.memoryBytes);
-  },
+  collect: fromCache<Gauge<'tier'>>((m, s) => {
+    m.set({ tier: 'disk' }, s.diskBytes);
+    m.set({ tier: 'memory' }, s.memoryBytes);
+  }),
 });
 // Counters mirrored from the cache's own counts: reset + inc keeps them monotonic per process.
 new Counter({
@@ -170,23 +178,16 @@ new Counter({
   help: 'Chunk cache lookups served from the cache, by tier',
   labelNames: ['tier'] as const,
   registers: [metricsRegistry],
-  collect() {
-    const s = cacheSnapshot();
-    this.reset();
-    if (s === undefined) return;
-    this.inc({ tier: 'memory' }, s.memoryHits);
-    this.inc({ tier: 'disk' }, s.diskHits);
-  },
+  collect: fromCache<Counter<'tier'>>((m, s) => {
+    m.inc({ tier: 'memory' }, s.memoryHits);
+    m.inc({ tier: 'disk' }, s.diskHits);
+  }),
 });
 new Counter({
   name: 'stargz_store_cache_misses_total',
   help: 'Chunk cache lookups that found nothing usable (the chunk is fetched)',
   registers: [metricsRegistry],
-  collect() {
-    const s = cacheSnapshot();
-    this.reset();
-    if (s !== undefined) this.inc(s.misses);
-  },
+  collect: fromCache<Counter>((m, s) => m.inc(s.misses)),
 });
 new Gauge({
   name: 'stargz_store_layers',

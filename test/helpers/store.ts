@@ -7,7 +7,7 @@ import { buildLayerBuffer } from '../../src/format/writer/index.js';
 import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader, type RangeReader } from '../../src/util/range-reader.js';
 import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
-import { matchLayer } from '../../src/registry/client.js';
+import { matchLayer } from '../../src/registry/layer-match.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 
 const gzipAsync = promisify(gzip);

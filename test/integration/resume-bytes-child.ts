@@ -6,7 +6,8 @@
  * like a store shutdown. Prints one JSON line (unless killed).
  */
 import { join } from 'node:path';
-import { BlobStore, chunkCacheBudget } from '../../src/cache/blob-store.js';
+import { chunkCacheBudget } from '../../src/cache/blob-files.js';
+import { BlobStore } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
 import { LocalBlobBinding } from '../../src/store/local-blob-binding.js';
 import { silentLogger } from '../../src/util/logger.js';

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobStore, type BlobFileHandle, type BlobFs, type DiskBudget } from '../../src/cache/blob-store.js';
+import type { BlobFileHandle, BlobFs, DiskBudget } from '../../src/cache/blob-files.js';
+import { BlobStore } from '../../src/cache/blob-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
 import { captureLogger } from '../helpers/registry-log-capture.js';
 

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Errno, FsError, errnoFor } from '../../src/fs/errno.js';
 import { buildMountOptions } from '../../src/fs/mount-util.js';
-import { withDeadline } from '../../src/fs/deadline.js';
+import { withDeadline } from '../../src/util/abort.js';
 import { DigestMismatchError, StoreError } from '../../src/util/errors.js';
 
 describe('errno mapping at the FUSE edge', () => {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { hostsFromStoreConfig } from '../../src/cli/config-options.js';
-import { subtract } from '../../src/registry/blob-reader.js';
+import { subtract } from '../../src/registry/span-bytes.js';
 import { HostHealth } from '../../src/registry/host-health.js';
 import { HostRangeProfile } from '../../src/registry/host-range-profile.js';
 import { resolveEndpoints, endpointUrl } from '../../src/registry/hosts.js';

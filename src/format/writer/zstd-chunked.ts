@@ -128,15 +128,9 @@ export function zstdTocEntries(drafts: EntryDraft[]): GoJsonValue[] {
   return out;
 }
 
-export interface ZstdBuilt {
+export interface ZstdBuilt extends ZstdFooter {
   manifestChecksum: string;
   tocJsonDigest: string;
-  manifestOffset: number;
-  manifestLength: number;
-  manifestUncompressed: number;
-  tarSplitOffset: number;
-  tarSplitLength: number;
-  tarSplitUncompressed: number;
   diffID: string;
   uncompressedSize: number;
 }
