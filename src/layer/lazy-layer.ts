@@ -82,6 +82,9 @@ export class LazyLayer {
       },
       logger: this.logger,
       context: this.context,
+      // a span in flight for longer than a whole read may last is stuck (hung host): fetch it anew
+      clock: this.scheduler.clock,
+      staleJoinMs: this.deadlineMs,
     });
     this.loader = new ChunkLoader({
       fetcher: this.fetcher,

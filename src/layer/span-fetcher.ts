@@ -1,5 +1,6 @@
 import { raceAbort, raceWith } from '../util/abort.js';
 import { checkLengths, type BlobRangeSource, type ByteRange } from '../util/blob-read.js';
+import type { Clock } from '../util/clock.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
@@ -23,6 +24,14 @@ export interface SpanFetcherContext {
   onFetched(bytes: number): void;
   logger: Logger;
   context: ErrorContext;
+  /** Time source for flight ages (the scheduler's clock). Without it flights never go stale. */
+  clock?: Clock | undefined;
+  /**
+   * A flight older than this is not joined by on-demand or prefetch callers: they fetch again.
+   * A request stuck on a hung registry would otherwise hold every later read of its span until the
+   * request timeout ends it, long after the registry recovered. Default: never stale.
+   */
+  staleJoinMs?: number | undefined;
 }
 
 /** One network call for several spans; aborted only when every interested caller is background and gave up. */
@@ -39,6 +48,8 @@ interface Flight {
   end: number;
   promise: Promise<Buffer>;
   batch: Batch;
+  /** Clock time the network call started (0 without a clock). */
+  startedAt: number;
 }
 
 interface Segment {
@@ -131,9 +142,14 @@ export class SpanFetcher {
   private plan(ranges: readonly ByteRange[], opts: SpanFetchOptions, joined: Set<Batch>): Segment[] {
     const segments: Segment[] = [];
     const fresh: Array<{ offset: number; end: number; segment: Segment }> = [];
-    // a flight whose batch was aborted is about to fail: never join it
+    // a flight whose batch was aborted is about to fail: never join it; a reader does not join
+    // one that has been running for longer than staleJoinMs (stuck on a hung host) either
+    const staleBefore =
+      opts.priority !== 'background' && this.ctx.clock !== undefined && this.ctx.staleJoinMs !== undefined
+        ? this.ctx.clock.now() - this.ctx.staleJoinMs
+        : -Infinity;
     const flights = this.flights
-      .filter((f) => !f.batch.ctl.signal.aborted)
+      .filter((f) => !f.batch.ctl.signal.aborted && f.startedAt >= staleBefore)
       .sort((a, b) => a.offset - b.offset);
     const local = opts.bypassCache === true ? undefined : this.ctx.localBytes;
     const gap = (offset: number, end: number): void => {
@@ -232,10 +248,12 @@ export class SpanFetcher {
         this.ctx.onFetched(total);
         return bufs;
       });
+    const startedAt = this.ctx.clock?.now() ?? 0;
     const flights = spans.map((s, i): Flight => ({
       offset: s.offset,
       end: s.end,
       batch,
+      startedAt,
       promise: call.then((b) => b[i]!),
     }));
     for (const f of flights) f.promise.catch(() => undefined);

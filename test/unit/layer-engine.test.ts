@@ -166,6 +166,44 @@ describe('SpanFetcher', () => {
     expect(f.inFlight()).toEqual([]);
   });
 
+  it('a reader does not join a flight stuck for longer than staleJoinMs: it fetches anew (injected clock)', async () => {
+    const blob = Buffer.from(Array.from({ length: 2000 }, (_, i) => i % 253));
+    const source = new HeldSource(blob);
+    const clock = new ManualClock();
+    const f = new SpanFetcher({
+      source,
+      blobSize: blob.length,
+      onFetched: () => undefined,
+      logger: silentLogger,
+      context: {},
+      clock,
+      staleJoinMs: 1000,
+    });
+    // a request that hangs (a registry that stopped answering)
+    const stuck = f.fetch([{ offset: 0, length: 1000 }], { priority: 'on-demand' });
+    stuck.catch(() => undefined);
+    // still young: a second reader joins it, no new request
+    const joined = f.fetch([{ offset: 100, length: 100 }], { priority: 'on-demand' });
+    joined.catch(() => undefined);
+    expect(source.held).toHaveLength(1);
+    // older than staleJoinMs: the next reader fetches its own bytes and gets them
+    clock.advance(1001);
+    const fresh = f.fetch([{ offset: 200, length: 100 }], { priority: 'on-demand' });
+    expect(source.held).toHaveLength(2);
+    expect(source.held[1]!.ranges).toEqual([{ offset: 200, length: 100 }]);
+    source.held[1]!.release();
+    const [got] = await fresh;
+    expect(got!.equals(blob.subarray(200, 300))).toBe(true);
+    // background callers still join the old flight (they wait anyway; bytes once)
+    const bg = f.fetch([{ offset: 300, length: 10 }], { priority: 'background' });
+    expect(source.held).toHaveLength(2);
+    source.releaseAll();
+    const [[a], [b], [c]] = await Promise.all([stuck, joined, bg]);
+    expect(a!.equals(blob.subarray(0, 1000))).toBe(true);
+    expect(b!.equals(blob.subarray(100, 200))).toBe(true);
+    expect(c!.equals(blob.subarray(300, 310))).toBe(true);
+  });
+
   it('reads covered spans from the local store, and bypassCache goes to the origin', async () => {
     const blob = Buffer.from(Array.from({ length: 2000 }, (_, i) => i % 13));
     const source = new HeldSource(blob);
