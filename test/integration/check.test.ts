@@ -3,12 +3,10 @@ import { mkdtemp, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { ChunkCache } from '../../src/cache/chunk-cache.js';
-import { RegistryClient } from '../../src/registry/index.js';
-import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
 import { runCheck } from '../../src/cli/check-command.js';
 import { checkStoreRoot, type StoreCheckResult } from '../../src/store/check.js';
 import { startControlSocket } from '../../src/store/control-socket.js';
+import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
@@ -44,34 +42,22 @@ describe('check (real registry, real FUSE mount)', () => {
   let dir: string;
   let mnt: string;
   let root: string;
-  let running:
-    { store: LayerStore; mount: StoreMount; cache: ChunkCache; client: RegistryClient } | undefined;
+  let running: MountedStore | undefined;
   const big = randomBytes(1 << 20);
   let diff = '';
 
   const start = async () => {
-    const cache = await ChunkCache.open({ root });
-    const client = new RegistryClient({
-      retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
-      requestTimeoutMs: 5000,
-    });
-    const store = createLayerStore({
+    running = await startMountedStore({
       root,
-      registry: client,
-      cache,
+      mountpoint: mnt,
+      requestTimeoutMs: 5000,
       layer: { backgroundFetch: false, prefetch: false },
     });
-    const mount = await mountStore(mnt, store, { allowOther: true });
-    running = { store, mount, cache, client };
   };
   const stop = async () => {
-    if (!running) return;
     const r = running;
     running = undefined;
-    await r.mount.unmount();
-    await r.store.close();
-    await r.cache.close();
-    await r.client.close();
+    await r?.stop();
   };
 
   beforeAll(async () => {

@@ -5,13 +5,10 @@ import { mkdtemp, mkdir, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { ChunkCache } from '../../src/cache/chunk-cache.js';
-import { RegistryClient } from '../../src/registry/index.js';
-import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
-import { controlRequest, startControlSocket, type ControlServer } from '../../src/store/control-socket.js';
-import { createPinManager } from '../../src/store/pins-deps.js';
-import type { PinManager, PinStatus } from '../../src/store/pins.js';
+import { controlRequest } from '../../src/store/control-socket.js';
+import type { PinStatus } from '../../src/store/pins.js';
 import { waitForPins } from '../../src/cli/pin-command.js';
+import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
@@ -24,15 +21,6 @@ function run(cmd: string, args: string[]): Promise<void> {
   );
 }
 
-interface Running {
-  store: LayerStore;
-  mount: StoreMount;
-  cache: ChunkCache;
-  client: RegistryClient;
-  pins: PinManager;
-  control: ControlServer;
-}
-
 /**
  * Pinned images with the real parts: pinned through the control socket from a docker-registry,
  * then the registry is stopped and the store restarted: the pin resumes from pins.json and every
@@ -43,45 +31,25 @@ describe('pins (real registry, real FUSE mount)', () => {
   let registry: TestRegistry;
   let dir: string;
   let mnt: string;
-  let running: Running | undefined;
+  let running: MountedStore | undefined;
   const files = [randomBytes(700 * 1024), randomBytes(300 * 1024), Buffer.from('small\n')];
   let img: ReturnType<typeof assembleImage>;
   let ref = '';
 
   const start = async (root: string, sock: string, mountAt = mnt) => {
-    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
-    const client = new RegistryClient({
-      retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
-      requestTimeoutMs: 3000,
-    });
-    const store = createLayerStore({
+    running = await startMountedStore({
       root,
-      registry: client,
-      cache,
+      mountpoint: mountAt,
+      controlSocket: sock,
       deadlines: { lookupMs: 3000, readMs: 3000, syntheticMs: 1000 },
       layer: { backgroundFetch: true, prefetch: false, stateDir: join(root, 'layer-state') },
     });
-    const pins = createPinManager({ root, registry: client, store });
-    await pins.load();
-    const mount = await mountStore(mountAt, store, { allowOther: true });
-    const control = await startControlSocket(sock, {
-      addCredentials: () => undefined,
-      status: () => ({}),
-      pins,
-    });
-    running = { store, mount, cache, client, pins, control };
     return running;
   };
   const stop = async () => {
-    if (!running) return;
     const r = running;
     running = undefined;
-    await r.control.close();
-    await r.pins.close();
-    await r.mount.unmount();
-    await r.store.close();
-    await r.cache.close();
-    await r.client.close();
+    await r?.stop();
   };
 
   beforeAll(async () => {

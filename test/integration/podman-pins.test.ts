@@ -3,26 +3,14 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ChunkCache } from '../../src/cache/chunk-cache.js';
-import { RegistryClient } from '../../src/registry/index.js';
-import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
-import { controlRequest, startControlSocket, type ControlServer } from '../../src/store/control-socket.js';
-import { createPinManager } from '../../src/store/pins-deps.js';
-import type { PinManager, PinStatus } from '../../src/store/pins.js';
+import { controlRequest } from '../../src/store/control-socket.js';
+import type { PinStatus } from '../../src/store/pins.js';
 import { waitForPins } from '../../src/cli/pin-command.js';
+import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { runChild, type ChildResult } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, type TarEntry } from '../helpers/store.js';
 import { SHARED } from '../helpers/shared.js';
-
-interface Running {
-  store: LayerStore;
-  mount: StoreMount;
-  cache: ChunkCache;
-  client: RegistryClient;
-  pins: PinManager;
-  control: ControlServer;
-}
 
 /**
  * The pinned-image promise end to end with Podman 4.3.1: pull through the store, pin, stop the
@@ -34,7 +22,7 @@ describe('Podman runs a pinned image with the registry gone', () => {
   let mnt: string;
   let sock: string;
   let env: NodeJS.ProcessEnv;
-  let running: Running | undefined;
+  let running: MountedStore | undefined;
   let ref = '';
   let big = Buffer.alloc(0);
   let layerDigest = '';
@@ -49,39 +37,19 @@ describe('Podman runs a pinned image with the registry gone', () => {
 
   const start = async () => {
     const root = join(dir, 'root');
-    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
-    const client = new RegistryClient({
-      retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
-      requestTimeoutMs: 3000,
-    });
-    const store = createLayerStore({
+    running = await startMountedStore({
       root,
-      registry: client,
-      cache,
+      mountpoint: mnt,
+      controlSocket: sock,
       deadlines: { lookupMs: 5000, readMs: 5000, syntheticMs: 2000 },
       layer: { backgroundFetch: true, prefetch: false, stateDir: join(root, 'layer-state') },
     });
-    const pins = createPinManager({ root, registry: client, store });
-    await pins.load();
-    const mount = await mountStore(mnt, store, { allowOther: true });
-    const control = await startControlSocket(sock, {
-      addCredentials: () => undefined,
-      status: () => ({}),
-      pins,
-    });
-    running = { store, mount, cache, client, pins, control };
     return running;
   };
   const stop = async () => {
-    if (!running) return;
     const r = running;
     running = undefined;
-    await r.control.close();
-    await r.pins.close();
-    await r.mount.unmount();
-    await r.store.close();
-    await r.cache.close();
-    await r.client.close();
+    await r?.stop();
   };
 
   beforeAll(async () => {

@@ -3,9 +3,7 @@ import { mkdtemp, mkdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { ChunkCache } from '../../src/cache/chunk-cache.js';
-import { RegistryClient } from '../../src/registry/index.js';
-import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
+import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe, probeOne } from '../helpers/fuse.js';
 import {
@@ -31,37 +29,23 @@ describe('store restart while the registry is down (real FUSE mount, real regist
   let proxy: CountingProxy;
   let dir: string;
   let mnt: string;
-  let running:
-    { store: LayerStore; mount: StoreMount; cache: ChunkCache; client: RegistryClient } | undefined;
+  let running: MountedStore | undefined;
   const READ_MS = 2000;
   const small = Buffer.from('small file content\n');
   const big = randomBytes(3 << 20);
 
   const start = async () => {
-    const root = join(dir, 'root');
-    const cache = await ChunkCache.open({ root });
-    const client = new RegistryClient({
-      retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
-      requestTimeoutMs: 3000,
-    });
-    const store = createLayerStore({
-      root,
-      registry: client,
-      cache,
+    running = await startMountedStore({
+      root: join(dir, 'root'),
+      mountpoint: mnt,
       deadlines: { lookupMs: 3000, readMs: READ_MS, syntheticMs: 1000 },
       layer: { backgroundFetch: false, prefetch: false, deadlineMs: READ_MS },
     });
-    const mount = await mountStore(mnt, store, { allowOther: true });
-    running = { store, mount, cache, client };
   };
   const stop = async () => {
-    if (!running) return;
     const r = running;
     running = undefined;
-    await r.mount.unmount();
-    await r.store.close();
-    await r.cache.close();
-    await r.client.close();
+    await r?.stop();
   };
 
   beforeAll(async () => {

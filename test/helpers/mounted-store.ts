@@ -1,0 +1,78 @@
+import { ChunkCache } from '../../src/cache/chunk-cache.js';
+import { RegistryClient } from '../../src/registry/index.js';
+import { startControlSocket, type ControlServer } from '../../src/store/control-socket.js';
+import {
+  createLayerStore,
+  mountStore,
+  type CreateLayerStoreOptions,
+  type LayerStore,
+  type StoreMount,
+} from '../../src/store/index.js';
+import { createPinManager } from '../../src/store/pins-deps.js';
+import type { PinManager } from '../../src/store/pins.js';
+
+/** A real store (registry client, chunk cache, layer store) mounted with FUSE, as tests run it. */
+export interface MountedStore {
+  store: LayerStore;
+  mount: StoreMount;
+  cache: ChunkCache;
+  client: RegistryClient;
+  /** With `controlSocket`: pins served through the control socket. */
+  pins?: PinManager;
+  control?: ControlServer;
+  /** Unmount and close everything, in order (control, pins, mount, store, cache, client). */
+  stop(): Promise<void>;
+}
+
+export interface MountedStoreOptions {
+  root: string;
+  mountpoint: string;
+  /** Registry request timeout (ms). Default 3000. */
+  requestTimeoutMs?: number;
+  deadlines?: CreateLayerStoreOptions['deadlines'];
+  layer?: CreateLayerStoreOptions['layer'];
+  /** Also start a pin manager and the control socket at this path. */
+  controlSocket?: string;
+}
+
+/** Start a store on `root` and mount it at `mountpoint` (few retries: tests fail fast). */
+export async function startMountedStore(o: MountedStoreOptions): Promise<MountedStore> {
+  const cache = await ChunkCache.open({ root: o.root, minFreeBytes: 0 });
+  const client = new RegistryClient({
+    retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
+    requestTimeoutMs: o.requestTimeoutMs ?? 3000,
+  });
+  const store = createLayerStore({
+    root: o.root,
+    registry: client,
+    cache,
+    ...(o.deadlines ? { deadlines: o.deadlines } : {}),
+    ...(o.layer ? { layer: o.layer } : {}),
+  });
+  let pins: PinManager | undefined;
+  let control: ControlServer | undefined;
+  if (o.controlSocket !== undefined) {
+    pins = createPinManager({ root: o.root, registry: client, store });
+    await pins.load();
+  }
+  const mount = await mountStore(o.mountpoint, store, { allowOther: true });
+  if (o.controlSocket !== undefined && pins !== undefined) {
+    control = await startControlSocket(o.controlSocket, {
+      addCredentials: () => undefined,
+      status: () => ({}),
+      pins,
+    });
+  }
+  let stopped = false;
+  const stop = async (): Promise<void> => {
+    if (stopped) return;
+    stopped = true;
+    await control?.close();
+    await pins?.close();
+    await mount.unmount();
+    await store.close();
+    await cache.close();
+    await client.close();
+  };
+  return { store, mount, cache, client, stop, ...(pins ? { pins } : {}), ...(control ? { control } : {}) };
+}
