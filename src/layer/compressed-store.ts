@@ -23,5 +23,17 @@ export interface LocalCompressedBytes {
   read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer>;
 }
 
+/**
+ * What a layer is given to keep its compressed bytes locally (src/store/local-blob-binding.ts): the
+ * bytes it holds, the sink for every byte received, and the two moments the layer tells it about.
+ */
+export interface LocalCompressedStore extends LocalCompressedBytes {
+  readonly onCompressedBytes: CompressedBytesSink;
+  /** The layer is fully verified (now or from persisted state): the local bytes may go. */
+  discard?(): Promise<void>;
+  /** A re-check from the origin is about to run: the local bytes must not be trusted. */
+  forget?(): Promise<void>;
+}
+
 /** Sink for compressed bytes received from the network. Must not throw; must not keep `data` mutable. */
 export type CompressedBytesSink = (offset: number, data: Buffer) => void;

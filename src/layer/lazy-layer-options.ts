@@ -2,7 +2,7 @@ import type { ChunkCache } from '../cache/chunk-cache.js';
 import type { LayerIndex } from '../format/model.js';
 import type { Logger } from '../util/logger.js';
 import type { RangeReader } from '../util/range-reader.js';
-import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
+import type { LocalCompressedStore } from './compressed-store.js';
 import type { FetchScheduler } from './scheduler.js';
 import type { BlobSource } from './types.js';
 
@@ -42,14 +42,11 @@ export interface LazyLayerOptions {
   maxGap?: number;
   /** Prefetch spans closer than this are fetched as one range. Default 1 MiB. */
   prefetchMaxGap?: number;
-  /** Local compressed bytes, asked before the network (the resume store). */
-  localBytes?: LocalCompressedBytes;
-  /** Receives every compressed byte fetched from the network, once (the resume store). */
-  onCompressedBytes?: CompressedBytesSink;
-  /** The layer is fully verified (now or from persisted state): local compressed bytes may go. */
-  onFullyVerified?: () => Promise<void>;
-  /** A re-check from the origin is about to run: local compressed bytes must not be trusted. */
-  beforeRecheck?: () => Promise<void>;
+  /**
+   * Local compressed bytes (the resume store): asked before the network, given every byte fetched
+   * from the network once, told when the layer is verified and before a re-check from the origin.
+   */
+  local?: LocalCompressedStore;
   /**
    * Decompress + hash the DiffID stream in a worker thread. Default false: on this thread (gzip
    * inflates on libuv's pool; measured: a DiffID worker costs 35-40 MiB RSS, the inline hash a

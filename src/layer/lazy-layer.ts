@@ -75,8 +75,8 @@ export class LazyLayer {
     this.fetcher = new SpanFetcher({
       source: asBlobSource(opts.source),
       blobSize: opts.index.blobSize,
-      localBytes: opts.localBytes,
-      onCompressedBytes: opts.onCompressedBytes,
+      localBytes: opts.local,
+      onCompressedBytes: opts.local?.onCompressedBytes,
       onFetched: (n) => {
         this.bytesFetched += n;
       },
@@ -297,15 +297,15 @@ export class LazyLayer {
 
   /** Fully verified: the local compressed copy is no longer needed (its chunks are cached). */
   private releaseLocalBytes(): void {
-    this.opts
-      .onFullyVerified?.()
+    this.opts.local
+      ?.discard?.()
       .catch((err: unknown) => this.recordError(err, 'cannot remove the local blob copy'));
   }
 
   /** Before a re-check from the origin: local compressed bytes may be what was bad. */
   private async forgetLocalBytes(): Promise<void> {
-    await this.opts
-      .beforeRecheck?.()
+    await this.opts.local
+      ?.forget?.()
       .catch((err: unknown) => this.recordError(err, 'cannot reset the local blob copy'));
   }
 

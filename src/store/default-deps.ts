@@ -35,11 +35,7 @@ export function lazyLayerFactory(
     };
     if (args.diffId !== undefined) opts.expectedDiffID = args.diffId;
     if (blobs !== undefined) {
-      const local = new LocalBlobBinding(blobs, args.blobDigest, args.index.blobSize, args.logger);
-      opts.localBytes = local;
-      opts.onCompressedBytes = local.onCompressedBytes;
-      opts.onFullyVerified = () => local.discard();
-      opts.beforeRecheck = () => local.invalidate();
+      opts.local = new LocalBlobBinding(blobs, args.blobDigest, args.index.blobSize, args.logger);
     }
     const layer = new LazyLayer(opts);
     const like: LazyLayerLike = {

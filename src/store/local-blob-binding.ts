@@ -1,6 +1,6 @@
 import type { BlobStore } from '../cache/blob-store.js';
 import type { LocalBlob } from '../cache/local-blob.js';
-import type { LocalCompressedBytes } from '../layer/compressed-store.js';
+import type { LocalCompressedStore } from '../layer/compressed-store.js';
 import type { PassingBytesSink } from '../registry/whole-blob-stream.js';
 import { asStoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -14,7 +14,7 @@ import type { Logger } from '../util/logger.js';
  * twice. When the local copy cannot be opened (disk full, permissions), the layer simply works
  * without it, as with no store at all; the reason is logged once.
  */
-export class LocalBlobBinding implements LocalCompressedBytes {
+export class LocalBlobBinding implements LocalCompressedStore {
   private blob: LocalBlob | undefined;
   private failed = false;
   private early: Array<[number, Buffer]> = [];
@@ -71,7 +71,7 @@ export class LocalBlobBinding implements LocalCompressedBytes {
   }
 
   /** Before a re-check from the origin: forget the local bytes so fresh ones replace them. */
-  async invalidate(): Promise<void> {
+  async forget(): Promise<void> {
     const blob = await this.opened;
     await blob?.invalidate(0, blob.size);
   }

@@ -58,8 +58,7 @@ describe.each(['gzip', 'zstd'] as const)(
           expectedDiffID: fx.diffID,
           scheduler: new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: 0 }),
           backgroundUnitBytes: 8192,
-          localBytes: local,
-          onCompressedBytes: local.sink,
+          local,
         });
         layer.start();
         // 4 rounds of every file read concurrently, racing the prefetch and the background pass

@@ -85,10 +85,7 @@ const layer = new LazyLayer({
   scheduler: new FetchScheduler({ quietMs: 0 }),
   backgroundUnitBytes: 256 * 1024,
   retryDelayMs: 10,
-  localBytes: localCopy,
-  onCompressedBytes: localCopy.onCompressedBytes,
-  onFullyVerified: () => localCopy.discard(),
-  beforeRecheck: () => localCopy.invalidate(),
+  local: localCopy,
 });
 layer.start();
 await Promise.race([stopped, layer.whenBackgroundDone()]);

@@ -209,12 +209,12 @@ describe('SpanFetcher', () => {
     const source = new HeldSource(blob);
     source.auto = true;
     const local = new MemoryLocalBytes(blob.length);
-    local.sink(0, blob.subarray(0, 1000));
+    local.onCompressedBytes(0, blob.subarray(0, 1000));
     const f = new SpanFetcher({
       source,
       blobSize: blob.length,
       localBytes: local,
-      onCompressedBytes: local.sink,
+      onCompressedBytes: local.onCompressedBytes,
       onFetched: () => undefined,
       logger: silentLogger,
       context: {},
@@ -240,8 +240,7 @@ describe('LazyLayer fetch engine', () => {
       expectedDiffID: fx.diffID,
       backgroundUnitBytes: 4096,
       backgroundWindow: 1,
-      localBytes: local,
-      onCompressedBytes: local.sink,
+      local,
     });
     layer.start();
     await vi.waitFor(() => expect(source.held.length).toBe(1));
@@ -339,7 +338,7 @@ describe('LazyLayer fetch engine', () => {
     const local = new MemoryLocalBytes(fx.blob.length);
     // a local copy of the whole blob whose trailing (TOC) member is damaged: no chunk lives there,
     // so only the whole-stream DiffID can notice
-    local.sink(0, fx.blob);
+    local.onCompressedBytes(0, fx.blob);
     const toc = fx.members[fx.members.length - 1]!;
     const mid = (toc.offset + toc.end) >> 1;
     local.bytes[mid] = local.bytes[mid]! ^ 0x5a;
@@ -347,8 +346,7 @@ describe('LazyLayer fetch engine', () => {
     const layer = makeLayer(fx, source, {
       backgroundFetch: true,
       expectedDiffID: fx.diffID,
-      localBytes: local,
-      onCompressedBytes: local.sink,
+      local,
       retryDelayMs: 1,
     });
     layer.start();
@@ -409,8 +407,7 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
       const layer = makeLayer(fx, source, {
         backgroundFetch: true,
         expectedDiffID: fx.diffID,
-        localBytes: blob,
-        onCompressedBytes: blob.onCompressedBytes,
+        local: blob,
       });
       layer.start();
       await layer.whenBackgroundDone();

@@ -11,7 +11,7 @@ import { gzipSync } from 'node:zlib';
 import type { Chunk, LayerIndex, PrefetchHint, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
 import type { BlobSource, ByteRange, ReadRangesOptions } from '../../src/layer/types.js';
-import type { LocalCompressedBytes } from '../../src/layer/compressed-store.js';
+import type { LocalCompressedStore } from '../../src/layer/compressed-store.js';
 import { expect } from 'vitest';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer };
@@ -262,7 +262,7 @@ export class TestSource implements BlobSource {
 }
 
 /** The resume helper's store, as far as the engine can tell: received bytes, by offset. */
-export class MemoryLocalBytes implements LocalCompressedBytes {
+export class MemoryLocalBytes implements LocalCompressedStore {
   readonly received: Array<{ offset: number; data: Buffer }> = [];
   reads = 0;
   readonly bytes: Buffer;
@@ -273,7 +273,7 @@ export class MemoryLocalBytes implements LocalCompressedBytes {
     this.have = new Uint8Array(size);
   }
 
-  sink = (offset: number, data: Buffer): void => {
+  readonly onCompressedBytes = (offset: number, data: Buffer): void => {
     this.received.push({ offset, data: Buffer.from(data) });
     data.copy(this.bytes, offset);
     this.have.fill(1, offset, offset + data.length);
