@@ -1,0 +1,36 @@
+/**
+ * One single-flight for the whole store: concurrent callers asking for the same key share one
+ * running call; the entry is dropped when it settles (success or failure), so a failure is never
+ * cached and the next caller starts afresh.
+ */
+export class SingleFlight<K, V> {
+  private readonly running = new Map<K, Promise<V>>();
+
+  /** The running call for `key`, or a new one started with `fn`. */
+  run(key: K, fn: () => Promise<V>): Promise<V> {
+    const existing = this.running.get(key);
+    if (existing !== undefined) return existing;
+    const p = (async () => {
+      try {
+        return await fn();
+      } finally {
+        this.running.delete(key);
+      }
+    })();
+    this.running.set(key, p);
+    return p;
+  }
+
+  /** The running call for `key`, if any (to join without starting one). */
+  get(key: K): Promise<V> | undefined {
+    return this.running.get(key);
+  }
+
+  has(key: K): boolean {
+    return this.running.has(key);
+  }
+
+  get size(): number {
+    return this.running.size;
+  }
+}

@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { SingleFlight } from '../../src/util/single-flight.js';
+
+describe('SingleFlight', () => {
+  it('shares one running call between concurrent callers of a key', async () => {
+    const sf = new SingleFlight<string, number>();
+    let calls = 0;
+    let release!: (v: number) => void;
+    const gate = new Promise<number>((r) => (release = r));
+    const a = sf.run('k', () => {
+      calls++;
+      return gate;
+    });
+    const b = sf.run('k', () => {
+      calls++;
+      return Promise.resolve(-1);
+    });
+    expect(sf.has('k')).toBe(true);
+    release(7);
+    expect(await a).toBe(7);
+    expect(await b).toBe(7);
+    expect(calls).toBe(1);
+    expect(sf.size).toBe(0);
+  });
+
+  it('does not keep a failure: the next caller starts afresh', async () => {
+    const sf = new SingleFlight<string, number>();
+    await expect(sf.run('k', () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    expect(sf.has('k')).toBe(false);
+    expect(await sf.run('k', () => Promise.resolve(3))).toBe(3);
+  });
+
+  it('keeps keys apart', async () => {
+    const sf = new SingleFlight<string, string>();
+    const [x, y] = await Promise.all([sf.run('a', async () => 'A'), sf.run('b', async () => 'B')]);
+    expect([x, y]).toEqual(['A', 'B']);
+  });
+});
