@@ -176,12 +176,19 @@ async function main(): Promise<void> {
   onCleanup('store', async () => {
     await store.stop();
   });
-  const podman = await PodmanEnv.create({
-    dir: join(work, 'podman'),
-    storage: { kind: 'als', mount: mnt },
-    insecureRegistries: [registry.host],
-  });
-  onCleanup('podman', () => podman.destroy());
+  // One Podman storage per lane: Podman 4.3.1 deadlocks on two concurrent ALS pulls into ONE
+  // storage (storage.lock vs layers.lock, store idle), so lanes that share a storage would test
+  // Podman's locking, not the store. Separate storages share the one store mount concurrently.
+  const lanes: PodmanEnv[] = [];
+  for (let i = 0; i < o.concurrency; i++) {
+    const lane = await PodmanEnv.create({
+      dir: join(work, `p${i}`),
+      storage: { kind: 'als', mount: mnt },
+      insecureRegistries: [registry.host],
+    });
+    lanes.push(lane);
+    onCleanup(`podman ${i}`, () => lane.destroy());
+  }
 
   const started = performance.now();
   const endAt = started + o.minutes * 60_000;
@@ -223,18 +230,9 @@ async function main(): Promise<void> {
     }
   })();
 
-  // Pulls go one at a time: two concurrent `podman pull`s of ALS images into one storage
-  // deadlocked podman 4.3.1 (storage.lock vs layers.lock, both processes idle, store idle).
-  // Runs overlap freely.
-  let pullLock: Promise<unknown> = Promise.resolve();
-  const serialPull = (ref: string): Promise<number> => {
-    const p = pullLock.then(() => podman.pull(ref, STEP_TIMEOUT_MS));
-    pullLock = p.catch(() => undefined);
-    return p;
-  };
-  const cycle = async (img: (typeof images)[number]): Promise<void> => {
+  const cycle = async (podman: PodmanEnv, img: (typeof images)[number]): Promise<void> => {
     try {
-      await serialPull(img.ref);
+      await podman.pull(img.ref, STEP_TIMEOUT_MS);
       const r = await podman.runImage(img.ref, STEP_TIMEOUT_MS);
       if (!r.output.includes(img.want))
         throw new Error(`wrong payload digest: ${r.output.trim().slice(0, 200)}`);
@@ -246,11 +244,14 @@ async function main(): Promise<void> {
       say(`error: ${failures.at(-1)}`);
     }
   };
-  let next = 0;
-  while (performance.now() < endAt) {
-    const batch = Array.from({ length: o.concurrency }, () => images[next++ % images.length]!);
-    await Promise.all(batch.map(cycle));
-  }
+  // Lanes run independently (lane i starts at image i), so pulls and runs of the same and of
+  // different images overlap at every phase.
+  await Promise.all(
+    lanes.map(async (podman, lane) => {
+      let next = lane;
+      while (performance.now() < endAt) await cycle(podman, images[next++ % images.length]!);
+    }),
+  );
   done = true;
   await Promise.all([prober, sampler]);
 
