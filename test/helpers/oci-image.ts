@@ -345,15 +345,17 @@ export async function buildAndPushImage(opts: BuildAndPushOptions): Promise<Push
 
 /**
  * Push `image` with the plain distribution API (no skopeo: quicker when a test pushes many
- * images). `registry` is host:port over plain HTTP. Returns the tag reference.
+ * images). `registry` is host:port over plain HTTP; `authorization` an Authorization header value.
+ * Returns the tag reference.
  */
 export async function pushImageHttp(
   registry: string,
   repo: string,
   tag: string,
   image: OciImage,
+  authorization?: string,
 ): Promise<string> {
-  const target = { url: `http://${registry}` };
+  const target = { url: `http://${registry}`, ...(authorization !== undefined ? { authorization } : {}) };
   for (const data of image.blobs.values()) await pushBlob(target, repo, data);
   await pushManifest(target, repo, tag, image.manifestBytes, OCI_MANIFEST);
   return `${registry}/${repo}:${tag}`;
