@@ -1,13 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { runDoctor } from '../../src/cli/doctor-command.js';
-import { controlRequest } from '../../src/store/control-socket.js';
+import { startCliStore, TS_CLI, type CliStore } from '../helpers/cli-store.js';
 import { probeOne, runChild } from '../helpers/fuse.js';
 import { assembleImage, encodeLayer, makeTar, pushImageHttp, sha256 } from '../helpers/oci-image.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
@@ -21,9 +20,6 @@ import { startTokenServer, type TokenServer } from '../helpers/token-server.js';
  * and with wrong credentials), the /metrics text, or the store's own log at trace level.
  */
 
-const TS_LOADER = fileURLToPath(new URL('./engine-ts-loader.mjs', import.meta.url));
-const CLI_MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
-
 const BASIC_USER = 'basicuser';
 const BASIC_PASS = 'basic-Pw-Secret-60613';
 const TOKEN_USER = 'tokenuser';
@@ -36,7 +32,7 @@ const authEntry = (user: string, pass: string) => ({
 
 /** `stargz-store <args>` from the TypeScript sources (no dist/ needed). */
 async function cli(args: string[]): Promise<{ code: number | null; out: string }> {
-  const r = await runChild(process.execPath, ['--import', TS_LOADER, CLI_MAIN, ...args], '', 60_000);
+  const r = await runChild(process.execPath, [...TS_CLI, ...args], '', 60_000);
   return { code: r.code, out: r.stdout + r.stderr };
 }
 
@@ -52,8 +48,7 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
   let wrongConfig: string;
   let storageConf: string;
   let metricsAddr: string;
-  let child: ChildProcess | undefined;
-  let storeLog = '';
+  let store: CliStore | undefined;
   const refs: Array<{ ref: string; digest: string; content: Buffer }> = [];
 
   const secrets = () => [BASIC_PASS, TOKEN_PASS, WRONG_PASS, ...tokens.issued];
@@ -127,12 +122,9 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
     await writeFile(wrongConfig, `${cache}[registry]\nauth_file = "${wrongAuth}"\n`);
 
     metricsAddr = `127.0.0.1:${await freePort()}`;
-    child = spawn(
-      process.execPath,
+    store = await startCliStore(
       [
-        '--import',
-        TS_LOADER,
-        CLI_MAIN,
+        ...TS_CLI,
         '--config',
         config,
         '--root',
@@ -147,27 +139,14 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
         metricsAddr,
         mnt,
       ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
+      sock,
     );
-    child.stdout?.on('data', (b: Buffer) => (storeLog += b.toString()));
-    child.stderr?.on('data', (b: Buffer) => (storeLog += b.toString()));
-    // ready = the control socket answers (the CLI opens it after mounting)
-    for (;;) {
-      const up = await controlRequest(sock, { op: 'status' }, { timeoutMs: 2000 }).then(
-        () => true,
-        () => false,
-      );
-      if (up) break;
-      if (child.exitCode !== null) throw new Error(`store exited: ${storeLog.slice(-3000)}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
   }, 120_000);
 
   afterAll(async () => {
-    if (child && child.exitCode === null) {
-      const exited = new Promise((r) => child!.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
+    if (store && store.child.exitCode === null) {
+      store.child.kill('SIGTERM');
+      await store.exited;
     }
     await basicReg?.stop();
     await tokenReg?.stop();
@@ -257,7 +236,8 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
   });
 
   it("the store's own log, at trace level", () => {
-    expect(storeLog).not.toBe('');
-    expectNoSecrets(storeLog, secrets(), { users, where: 'store log line' });
+    const log = store!.output();
+    expect(log).not.toBe('');
+    expectNoSecrets(log, secrets(), { users, where: 'store log line' });
   });
 });
