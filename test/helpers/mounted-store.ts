@@ -10,6 +10,7 @@ import {
 } from '../../src/store/index.js';
 import { createPinManager } from '../../src/store/pins-deps.js';
 import type { PinManager } from '../../src/store/pins.js';
+import type { Logger } from '../../src/util/logger.js';
 
 /** A real store (registry client, chunk cache, layer store) mounted with FUSE, as tests run it. */
 export interface MountedStore {
@@ -33,6 +34,8 @@ export interface MountedStoreOptions {
   layer?: CreateLayerStoreOptions['layer'];
   /** Also start a pin manager and the control socket at this path. */
   controlSocket?: string;
+  /** Logger for the store and the FUSE adapter (default silent). */
+  logger?: Logger;
 }
 
 /** Start a store on `root` and mount it at `mountpoint` (few retries: tests fail fast). */
@@ -48,6 +51,7 @@ export async function startMountedStore(o: MountedStoreOptions): Promise<Mounted
     cache,
     ...(o.deadlines ? { deadlines: o.deadlines } : {}),
     ...(o.layer ? { layer: o.layer } : {}),
+    ...(o.logger ? { logger: o.logger } : {}),
   });
   let pins: PinManager | undefined;
   let control: ControlServer | undefined;
@@ -55,7 +59,10 @@ export async function startMountedStore(o: MountedStoreOptions): Promise<Mounted
     pins = createPinManager({ root: o.root, registry: client, store });
     await pins.load();
   }
-  const mount = await mountStore(o.mountpoint, store, { allowOther: true });
+  const mount = await mountStore(o.mountpoint, store, {
+    allowOther: true,
+    ...(o.logger ? { logger: o.logger } : {}),
+  });
   if (o.controlSocket !== undefined && pins !== undefined) {
     control = await startControlSocket(o.controlSocket, {
       addCredentials: () => undefined,

@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { pack as tarPack, type Header } from 'tar-stream';
 import { buildLayerBuffer, type BuildOptions } from '../../src/format/writer/index.js';
 import { runCommand, withPrivateBlobInfoCache } from './podman.js';
+import { pushBlob, pushManifest } from './push.js';
 
 /**
  * Build runnable OCI images for end-to-end tests: a busybox-static base layer (+ data files),
@@ -340,4 +341,22 @@ export async function buildAndPushImage(opts: BuildAndPushOptions): Promise<Push
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Push `image` with the plain distribution API (no skopeo: quicker when a test pushes many
+ * images). `registry` is host:port over plain HTTP; `authorization` an Authorization header value.
+ * Returns the tag reference.
+ */
+export async function pushImageHttp(
+  registry: string,
+  repo: string,
+  tag: string,
+  image: OciImage,
+  authorization?: string,
+): Promise<string> {
+  const target = { url: `http://${registry}`, ...(authorization !== undefined ? { authorization } : {}) };
+  for (const data of image.blobs.values()) await pushBlob(target, repo, data);
+  await pushManifest(target, repo, tag, image.manifestBytes, OCI_MANIFEST);
+  return `${registry}/${repo}:${tag}`;
 }

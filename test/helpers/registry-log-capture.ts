@@ -1,8 +1,8 @@
 import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 
-/** A debug-level pino logger whose output is kept in memory, to check what gets logged. */
-export function captureLogger(): { logger: Logger; text(): string } {
+/** A pino logger (trace level unless told) whose output is kept in memory, to check what gets logged. */
+export function captureLogger(level = 'trace'): { logger: Logger; text(): string } {
   const chunks: string[] = [];
   const stream = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -10,7 +10,7 @@ export function captureLogger(): { logger: Logger; text(): string } {
       cb();
     },
   });
-  const logger = pino({ level: 'trace' }, stream);
+  const logger = pino({ level }, stream);
   return { logger, text: () => chunks.join('') };
 }
 

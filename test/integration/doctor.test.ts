@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { runDoctor } from '../../src/cli/doctor-command.js';
 import type { DoctorReport } from '../../src/cli/doctor.js';
-import { controlRequest } from '../../src/store/control-socket.js';
+import { startCliStore } from '../helpers/cli-store.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage } from '../helpers/store.js';
 
@@ -87,8 +87,7 @@ describe('doctor (real store process, real registry)', () => {
 
   it('passes on a healthy set-up and names the dead mount once the store is killed', async () => {
     const metricsAddr = `127.0.0.1:${await freePort()}`;
-    child = spawn(
-      process.execPath,
+    const store = await startCliStore(
       [
         CLI,
         '--config',
@@ -103,21 +102,10 @@ describe('doctor (real store process, real registry)', () => {
         metricsAddr,
         mnt,
       ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
+      sock,
     );
-    let stderr = '';
-    child.stderr?.on('data', (b: Buffer) => (stderr += b.toString()));
-    const exited = new Promise<number | null>((r) => child!.once('exit', (c) => r(c)));
-    // ready = the control socket answers (the CLI opens it after mounting)
-    for (;;) {
-      const up = await controlRequest(sock, { op: 'status' }, { timeoutMs: 2000 }).then(
-        () => true,
-        () => false,
-      );
-      if (up) break;
-      if (child.exitCode !== null) throw new Error(`store exited: ${stderr}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    child = store.child;
+    const exited = store.exited;
 
     // the CLI's own wiring: --metrics-address serves /metrics, pin list answers on the socket
     const metrics = await fetch(`http://${metricsAddr}/metrics`).then((r) => r.text());

@@ -9,11 +9,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import type { TreeNode } from '../../src/format/model.js';
-import { openLayer } from '../../src/format/open-layer.js';
-import { buildLayerToFile } from '../../src/format/writer/index.js';
-import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
-import { expectedFile, makeTarFixture, seededRandom, sizeMix } from './engine-helpers.js';
+import { buildFaultBlob, openFaultLayer, TreeChecker } from '../helpers/fault-layer.js';
+import { makeTarFixture, seededRandom, sizeMix } from './engine-helpers.js';
 
 const CHUNK = 64 * 1024;
 let work: string;
@@ -47,38 +45,19 @@ const hex = (digest: string): string => digest.slice('sha256:'.length);
 
 describe.each(['estargz', 'zstd:chunked'] as const)('corrupted cache files at rest (%s)', (format) => {
   it('are detected on load, refetched, never served', async () => {
-    const blobPath = join(work, `${format.replace(':', '-')}.blob`);
-    await buildLayerToFile(tarPath, blobPath, { format, chunkSize: CHUNK, gzipLevel: 1 });
+    const blobPath = await buildFaultBlob(work, tarPath, format, CHUNK);
     const source = new CountingSource(await FileRangeReader.open(blobPath));
-    const index = await openLayer(source);
     const root = join(work, `root-${format.replace(':', '-')}`);
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 });
     await cache.whenScanned();
-    const layer = new LazyLayer({
-      index,
-      source,
-      cache,
-      layerKey: `at-rest-${format}`,
-      backgroundFetch: false,
-      prefetch: false,
-      scheduler: new FetchScheduler({ quietMs: 0 }),
-    });
+    const { index, layer } = await openFaultLayer({ source, cache, layerKey: `at-rest-${format}` });
     const files = index.nodes.filter(
       (n): n is TreeNode =>
         n !== undefined && n.type === 'reg' && n.chunks.some((c) => c.size > 100 && !c.zeros),
     );
-    let bytesChecked = 0;
-    let wrong = 0;
-    const readAll = async (): Promise<void> => {
-      for (const n of files) {
-        const got = await layer.read(n, 0, n.size);
-        const want = await expectedFile(tree, n.path);
-        bytesChecked += want.length;
-        if (!got.equals(want)) wrong++;
-      }
-    };
+    const check = new TreeChecker(layer, files, tree);
     try {
-      await readAll();
+      await check.readAll();
       await cache.flush();
       const chunks = files.flatMap((n) => n.chunks.filter((c) => c.size > 100 && !c.zeros));
       const distinct = [...new Map(chunks.map((c) => [c.digest, c])).values()];
@@ -105,9 +84,9 @@ describe.each(['estargz', 'zstd:chunked'] as const)('corrupted cache files at re
         await damages[i]!(file, other);
       }
       const fetchedBefore = source.fetched;
-      await readAll();
+      await check.readAll();
       await cache.flush();
-      expect(wrong).toBe(0);
+      expect(check.wrong).toBe(0);
       expect(cache.stats().corrupt).toBe(victims.length);
       expect(source.fetched).toBeGreaterThan(fetchedBefore);
       // the refetched chunks were cached again, with the right bytes
@@ -117,7 +96,7 @@ describe.each(['estargz', 'zstd:chunked'] as const)('corrupted cache files at re
       }
       console.log(
         `${format}: ${victims.length} chunk files damaged at rest, ${cache.stats().corrupt} detected; ` +
-          `${bytesChecked} bytes checked, ${wrong} wrong`,
+          `${check.bytesChecked} bytes checked, ${check.wrong} wrong`,
       );
     } finally {
       await cache.close();

@@ -9,13 +9,11 @@ import { mkdir, rm, statfs, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { openLayer } from '../../src/format/open-layer.js';
 import type { TreeNode } from '../../src/format/model.js';
-import { buildLayerToFile } from '../../src/format/writer/index.js';
-import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
+import { buildFaultBlob, openFaultLayer, TreeChecker } from '../helpers/fault-layer.js';
 import { captureLogger } from '../helpers/registry-log-capture.js';
-import { expectedFile, makeTarFixture, seededRandom, sizeMix } from './engine-helpers.js';
+import { makeTarFixture, seededRandom, sizeMix } from './engine-helpers.js';
 
 const CHUNK = 64 * 1024;
 let work: string;
@@ -56,10 +54,7 @@ function lines(text: string, msg: string): Array<Record<string, unknown>> {
 
 describe.each(['estargz', 'zstd:chunked'] as const)('cache on a full filesystem (%s)', (format) => {
   it('serves correct bytes, warns once, counts, and resumes caching when space returns', async () => {
-    const blobPath = join(work, `${format.replace(':', '-')}.blob`);
-    await buildLayerToFile(tarPath, blobPath, { format, chunkSize: CHUNK, gzipLevel: 1 });
-    const source = await FileRangeReader.open(blobPath);
-    const index = await openLayer(source);
+    const source = await FileRangeReader.open(await buildFaultBlob(work, tarPath, format, CHUNK));
     const root = join(mnt, format.replace(':', '-'));
     await mkdir(root);
     const { logger, text } = captureLogger();
@@ -67,31 +62,13 @@ describe.each(['estargz', 'zstd:chunked'] as const)('cache on a full filesystem 
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1, logger });
     await cache.whenScanned();
     const filler = await fill(mnt, `filler-${format.replace(':', '-')}`);
-    const layer = new LazyLayer({
-      index,
-      source,
-      cache,
-      layerKey: `disk-full-${format}`,
-      backgroundFetch: false,
-      prefetch: false,
-      scheduler: new FetchScheduler({ quietMs: 0 }),
-      logger,
-    });
+    const { index, layer } = await openFaultLayer({ source, cache, layerKey: `disk-full-${format}`, logger });
     const files = index.nodes.filter((n): n is TreeNode => n !== undefined && n.type === 'reg' && n.size > 0);
-    let bytesChecked = 0;
-    let wrong = 0;
-    const readAll = async (): Promise<void> => {
-      for (const n of files) {
-        const got = await layer.read(n, 0, n.size);
-        const want = await expectedFile(tree, n.path);
-        bytesChecked += want.length;
-        if (!got.equals(want)) wrong++;
-      }
-    };
+    const check = new TreeChecker(layer, files, tree);
     try {
-      await readAll();
+      await check.readAll();
       await cache.flush();
-      expect(wrong).toBe(0);
+      expect(check.wrong).toBe(0);
       const faults = cache.writeFaults.stats();
       expect(faults.failures).toBeGreaterThan(10);
       expect(faults.failing).toEqual(['ENOSPC']);
@@ -103,23 +80,23 @@ describe.each(['estargz', 'zstd:chunked'] as const)('cache on a full filesystem 
       expect(lines(text(), 'cache writes resumed')).toHaveLength(0);
 
       // a second pass while still full: still correct, still one warning
-      await readAll();
+      await check.readAll();
       await cache.flush();
-      expect(wrong).toBe(0);
+      expect(check.wrong).toBe(0);
       expect(lines(text(), 'cannot write chunk to cache')).toHaveLength(1);
 
       // space returns: the next writes succeed, one info line, chunks land on disk
       await rm(filler);
-      await readAll();
+      await check.readAll();
       await cache.flush();
-      expect(wrong).toBe(0);
+      expect(check.wrong).toBe(0);
       const resumed = lines(text(), 'cache writes resumed');
       expect(resumed).toHaveLength(1);
       expect(resumed[0]!.level).toBe(30);
       expect(cache.writeFaults.stats().failing).toEqual([]);
       expect(cache.stats().diskEntries).toBeGreaterThan(0);
       console.log(
-        `${format}: disk full: ${faults.failures} failed cache writes, 1 warning; ${bytesChecked} bytes checked, ${wrong} wrong`,
+        `${format}: disk full: ${faults.failures} failed cache writes, 1 warning; ${check.bytesChecked} bytes checked, ${check.wrong} wrong`,
       );
     } finally {
       await cache.close();

@@ -4,11 +4,11 @@ import { mkdtemp, mkdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { mountVirtualFs, type MountedFs } from '../../src/fs/fuse-adapter.js';
 import { FsError } from '../../src/fs/errno.js';
 import { clearStaleMount, isMountpoint } from '../../src/fs/mount-util.js';
 import { S_IFCHR, S_IFDIR, S_IFLNK, S_IFREG, type Attr, type VirtualFs } from '../../src/fs/vfs.js';
 import { StoreError } from '../../src/util/errors.js';
+import { fakeFsStubs, mountFakeFs, type FakeMount } from '../helpers/fake-vfs.js';
 import { probe, probeOne, runChild } from '../helpers/fuse.js';
 
 const require = createRequire(import.meta.url);
@@ -94,45 +94,23 @@ const fake: VirtualFs = {
   async listxattr(path) {
     return path === '/dir' ? ['trusted.overlay.opaque', 'user.long'] : [];
   },
-  async create() {
-    throw new StoreError('E_NOT_FOUND', 'use notification');
-  },
-  async rmdir() {
-    throw new StoreError('E_NOT_FOUND', 'released');
-  },
-  async statfs() {
-    return {
-      bsize: 4096,
-      frsize: 4096,
-      blocks: 0,
-      bfree: 0,
-      bavail: 0,
-      files: 0,
-      ffree: 0,
-      favail: 0,
-      namemax: 255,
-    };
-  },
+  ...fakeFsStubs,
   deadlineMs(op, path) {
     return path.endsWith('/x') ? 2000 : 5000;
   },
 };
 
 describe('fuse adapter (real FUSE mount, probed from a child process)', () => {
-  let dir: string;
+  let fm: FakeMount;
   let mnt: string;
-  let mounted: MountedFs;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sgz-fuse-'));
-    mnt = join(dir, 'mnt');
-    await mkdir(mnt);
-    mounted = await mountVirtualFs(mnt, fake, { allowOther: true });
+    fm = await mountFakeFs('sgz-fuse-', fake);
+    mnt = fm.mnt;
   });
 
   afterAll(async () => {
-    await mounted?.unmount();
-    await rm(dir, { recursive: true, force: true });
+    await fm?.stop();
   });
 
   it('mounts read-write with allow_other, fsname stargzstore and no default_permissions', async () => {

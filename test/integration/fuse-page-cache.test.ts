@@ -1,12 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
-import { mkdtemp, mkdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { mountVirtualFs, type MountedFs } from '../../src/fs/fuse-adapter.js';
 import { FsError } from '../../src/fs/errno.js';
 import { S_IFDIR, S_IFREG, type Attr, type VirtualFs } from '../../src/fs/vfs.js';
 import { StoreError } from '../../src/util/errors.js';
+import { fakeFsStubs, mountFakeFs, type FakeMount } from '../helpers/fake-vfs.js';
 import { probeOne } from '../helpers/fuse.js';
 
 const SIZE = 8 * 1024 * 1024 + 4321;
@@ -65,25 +63,7 @@ const fake: VirtualFs = {
   async listxattr() {
     return [];
   },
-  async create() {
-    throw new StoreError('E_NOT_FOUND', 'no');
-  },
-  async rmdir() {
-    throw new StoreError('E_NOT_FOUND', 'no');
-  },
-  async statfs() {
-    return {
-      bsize: 4096,
-      frsize: 4096,
-      blocks: 0,
-      bfree: 0,
-      bavail: 0,
-      files: 0,
-      ffree: 0,
-      favail: 0,
-      namemax: 255,
-    };
-  },
+  ...fakeFsStubs,
   deadlineMs() {
     return 10_000;
   },
@@ -94,21 +74,17 @@ const fake: VirtualFs = {
  * warm re-reads served from the page cache (kernel_cache) even when attributes are revalidated.
  */
 describe('fuse adapter: read request size and the kernel page cache', () => {
-  let dir: string;
+  let fm: FakeMount;
   let mnt: string;
-  let mounted: MountedFs;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sgz-fuse-pc-'));
-    mnt = join(dir, 'mnt');
-    await mkdir(mnt);
     // zero timeouts: every open revalidates entry and attributes with us (the worst case)
-    mounted = await mountVirtualFs(mnt, fake, { allowOther: true, entryTimeoutSec: 0, attrTimeoutSec: 0 });
+    fm = await mountFakeFs('sgz-fuse-pc-', fake, { entryTimeoutSec: 0, attrTimeoutSec: 0 });
+    mnt = fm.mnt;
   });
 
   afterAll(async () => {
-    await mounted?.unmount();
-    await rm(dir, { recursive: true, force: true });
+    await fm?.stop();
   });
 
   it('a cold sequential read arrives in large requests (128 KiB, the libfuse2 maximum) and is exact', async () => {

@@ -4,15 +4,14 @@ import { mkdtemp, mkdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { ChunkCache } from '../../src/cache/chunk-cache.js';
-import { RegistryClient } from '../../src/registry/index.js';
-import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
 import { startMetricsServer, type MetricsServer } from '../../src/store/metrics-server.js';
 import { layerStateCounts } from '../../src/store/metrics-sources.js';
 import { disableMetrics, resetMetrics, setMetricSources } from '../../src/util/metrics.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
-import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
+import { appImage } from '../helpers/app-image.js';
+import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
+import { pushImage, sha256 } from '../helpers/store.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
@@ -55,8 +54,7 @@ describe('metrics (real registry, real FUSE mount)', () => {
   let dir: string;
   let mnt: string;
   let metrics: MetricsServer | undefined;
-  let running:
-    { store: LayerStore; mount: StoreMount; cache: ChunkCache; client: RegistryClient } | undefined;
+  let running: MountedStore | undefined;
 
   beforeAll(async () => {
     registry = await startRegistry();
@@ -66,12 +64,7 @@ describe('metrics (real registry, real FUSE mount)', () => {
   });
 
   afterAll(async () => {
-    if (running) {
-      await running.mount.unmount().catch(() => undefined);
-      await running.store.close();
-      await running.cache.close();
-      await running.client.close();
-    }
+    await running?.stop();
     await metrics?.close();
     disableMetrics();
     await registry?.stop();
@@ -81,36 +74,20 @@ describe('metrics (real registry, real FUSE mount)', () => {
   it('serves the series on /metrics and counts registry bytes like the registry does', async () => {
     const small = Buffer.from('small file content\n');
     const big = randomBytes(2 << 20);
-    const img = assembleImage([
-      await buildTestLayer(
-        await makeTar([
-          { name: 'app/', type: 'directory' },
-          { name: 'app/small.txt', content: small },
-          { name: 'app/big.bin', content: big },
-        ]),
-        'estargz',
-      ),
-    ]);
+    const img = await appImage({ 'small.txt': small, 'big.bin': big });
     await pushImage(registry.url, 'test/metrics', 'v1', img);
     const logBefore = registry.log.length;
 
     resetMetrics();
     metrics = await startMetricsServer('127.0.0.1:0');
-    const root = join(dir, 'root');
-    const cache = await ChunkCache.open({ root });
-    const client = new RegistryClient({
-      retry: { maxRetries: 1, minWaitMs: 10, maxWaitMs: 50 },
+    running = await startMountedStore({
+      root: join(dir, 'root'),
+      mountpoint: mnt,
       requestTimeoutMs: 5000,
-    });
-    const store = createLayerStore({
-      root,
-      registry: client,
-      cache,
       layer: { backgroundFetch: false, prefetch: false },
     });
+    const { cache, store } = running;
     setMetricSources({ cache: () => cache.stats(), layers: () => layerStateCounts(store.status()) });
-    const mount = await mountStore(mnt, store, { allowOther: true });
-    running = { store, mount, cache, client };
 
     const ref = `${registry.host}/test/metrics:v1`;
     const diff = join(mnt, b64(ref), img.layers[0]!.descriptor.digest, 'diff');

@@ -6,15 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe, probeOne } from '../helpers/fuse.js';
-import {
-  assembleImage,
-  buildTestLayer,
-  makeTar,
-  pushImage,
-  sha256,
-  startCountingProxy,
-  type CountingProxy,
-} from '../helpers/store.js';
+import { appImage } from '../helpers/app-image.js';
+import { pushImage, sha256, startCountingProxy, type CountingProxy } from '../helpers/store.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 type Errno = { errno: string; ms: number };
@@ -64,16 +57,7 @@ describe('store restart while the registry is down (real FUSE mount, real regist
   });
 
   it('serves cached files without the registry, EIO for the rest, and recovers when it returns', async () => {
-    const img = assembleImage([
-      await buildTestLayer(
-        await makeTar([
-          { name: 'app/', type: 'directory' },
-          { name: 'app/small.txt', content: small },
-          { name: 'app/big.bin', content: big },
-        ]),
-        'estargz',
-      ),
-    ]);
+    const img = await appImage({ 'small.txt': small, 'big.bin': big });
     await pushImage(registry.url, 'test/restart', 'v1', img);
     const ref = `${proxy.host}/test/restart:v1`;
     const diff = join(mnt, b64(ref), img.layers[0]!.descriptor.digest, 'diff');
