@@ -2,7 +2,8 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { BoundedMap } from './bounded-map.js';
+import { Lru } from '../util/lru.js';
+import { SingleFlight } from '../util/single-flight.js';
 import { parseWwwAuthenticate, type Challenge } from './challenge.js';
 import { hasSecret, type CredentialProvider, type Credentials } from './credentials.js';
 import type { Endpoint } from './hosts.js';
@@ -50,8 +51,9 @@ export class Authorizer {
     { kind: 'basic' } | { kind: 'bearer'; params: BearerParams }
   >();
   /** Expired tokens are dropped when read and swept as new ones arrive. */
-  private readonly tokens = new BoundedMap<CachedToken>(MAX_TOKENS);
-  private readonly inflight = new Map<string, Promise<string>>();
+  private readonly tokens = new Lru<string, CachedToken>({ maxEntries: MAX_TOKENS });
+  /** Concurrent 401s for one origin+scope share one token fetch. */
+  private readonly tokenFetches = new SingleFlight<string, string>();
   /** number of token requests sent (tests and metrics) */
   tokenRequests = 0;
 
@@ -145,13 +147,7 @@ export class Authorizer {
     signal?: AbortSignal,
     scope = ctx.scope,
   ): Promise<string> {
-    const k = this.key(ctx);
-    let p = this.inflight.get(k);
-    if (!p) {
-      p = this.fetchToken(ctx, params, scope, signal).finally(() => this.inflight.delete(k));
-      this.inflight.set(k, p);
-    }
-    return p;
+    return this.tokenFetches.run(this.key(ctx), () => this.fetchToken(ctx, params, scope, signal));
   }
 
   private async fetchToken(

@@ -1,11 +1,11 @@
-import { parseReference, type RegistryClient } from '../registry/index.js';
+import { parseDigest, parseReference, type RegistryClient } from '../registry/index.js';
 import type { StoreRegistry } from './deps.js';
 
 /** Present the registry client through the store's narrow StoreRegistry view. */
 export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
   return {
     async findLayer(ref, digest, signal) {
-      const f = await client.findLayer(parseReference(ref), digest, { signal });
+      const f = await client.findLayer(parseReference(ref), parseDigest(digest), { signal });
       // a config whose diff_ids do not line up with the layers cannot name any layer's DiffID
       const aligned = f.image.diffIDs.length === f.image.layers.length;
       return {
@@ -21,7 +21,7 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
       };
     },
     async openBlob(ref, digest, size, signal) {
-      return await client.openBlob(parseReference(ref), digest, { size, signal });
+      return await client.openBlob(parseReference(ref), parseDigest(digest), { size, signal });
     },
   };
 }

@@ -9,6 +9,7 @@ import { BufferRangeReader, type RangeReader } from '../../src/util/range-reader
 import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/layer-match.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
+import type { Digest } from '../../src/util/digest.js';
 
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
@@ -21,7 +22,8 @@ export async function decompressBlob(blob: Buffer, zstd: boolean): Promise<Buffe
   if (!zstd) return await gunzipAsync(blob);
   return zstdDecompress(blob);
 }
-export const sha256 = (b: Buffer | string) => 'sha256:' + createHash('sha256').update(b).digest('hex');
+export const sha256 = (b: Buffer | string) =>
+  ('sha256:' + createHash('sha256').update(b).digest('hex')) as Digest;
 
 export interface TarEntry {
   name: string;
