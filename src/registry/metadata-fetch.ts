@@ -14,7 +14,8 @@ import {
   type ManifestDocument,
 } from './manifest.js';
 import type { ImageRef } from './reference.js';
-import { readBody, statusError, type Transport } from './transport.js';
+import { readBody, statusError } from './response-body.js';
+import type { Transport } from './transport.js';
 
 export interface FetchedManifest {
   digest: Digest;
