@@ -10,6 +10,7 @@ import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/layer-match.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 import type { Digest } from '../../src/util/digest.js';
+import type { ImageRef } from '../../src/registry/reference.js';
 
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
@@ -226,7 +227,8 @@ export class FakeRegistry implements StoreRegistry {
     );
   }
 
-  async findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+  async findLayer(image: ImageRef | string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+    const ref = String(image);
     this.imageCalls++;
     await this.maybeHang(ref, signal);
     const img = this.images_.get(ref);
@@ -246,7 +248,13 @@ export class FakeRegistry implements StoreRegistry {
     };
   }
 
-  async openBlob(ref: string, digest: string, size: number, signal: AbortSignal): Promise<RangeReader> {
+  async openBlob(
+    image: ImageRef | string,
+    digest: string,
+    size: number,
+    signal: AbortSignal,
+  ): Promise<RangeReader> {
+    const ref = String(image);
     this.blobOpens++;
     await this.maybeHang(ref, signal);
     const b = this.blobs.get(digest);
