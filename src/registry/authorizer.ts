@@ -8,6 +8,7 @@ import { parseWwwAuthenticate, type Challenge } from './challenge.js';
 import { hasSecret, type CredentialProvider, type Credentials } from './credentials.js';
 import type { Endpoint } from './hosts.js';
 import { DOCKER_HUB, DOCKER_HUB_API_HOST } from './reference.js';
+import { collectBody } from './response-body.js';
 
 /** What a request is for: the endpoint, the token scope and the image (credential lookup). */
 export interface AuthContext {
@@ -265,20 +266,15 @@ export class Authorizer {
         { cause: err },
       );
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of res.body as AsyncIterable<Buffer>) {
-      size += c.length;
-      if (size > MAX_TOKEN_RESPONSE) {
-        res.body.destroy();
-        throw new StoreError('E_TOO_LARGE', 'token response too large', { host: ctx.ep.host });
-      }
-      chunks.push(c);
-    }
+    const raw = await collectBody(
+      res.body,
+      MAX_TOKEN_RESPONSE,
+      () => new StoreError('E_TOO_LARGE', 'token response too large', { host: ctx.ep.host }),
+    );
     let body: Record<string, unknown> = {};
     if (res.statusCode === 200) {
       try {
-        const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        const parsed: unknown = JSON.parse(raw.toString('utf8'));
         if (typeof parsed === 'object' && parsed !== null) body = parsed as Record<string, unknown>;
       } catch {
         throw new StoreError('E_REGISTRY_PROTOCOL', 'token response is not JSON', { host: ctx.ep.host });

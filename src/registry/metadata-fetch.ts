@@ -103,6 +103,41 @@ export class MetadataFetcher {
     return Math.max(1, this.o.resolveTimeoutMs - (Date.now() - started));
   }
 
+  /** GET one small document from the first endpoint that has it: status checked, size capped. */
+  private get(
+    ref: ImageRef,
+    req: { what: string; path: string; headers: Record<string, string>; maxBytes: number },
+    context: ErrorContext,
+    signal: AbortSignal,
+    started: number,
+  ): Promise<{ bytes: Buffer; contentType: string | undefined }> {
+    return this.o.failover(
+      ref,
+      req.what,
+      (ep) =>
+        this.o.transport.send(
+          {
+            ep,
+            path: req.path,
+            headers: req.headers,
+            ref: ref.toString(),
+            what: req.what,
+            signal,
+            deadlineMs: this.remaining(started),
+            context,
+          },
+          async (res) => {
+            const ctx: ErrorContext = { host: ep.host, ...context, what: req.what };
+            if (res.status !== 200) throw await statusError(res, ctx);
+            const bytes = await readBody(res, req.maxBytes, ctx);
+            const ct = res.headers['content-type'];
+            return { bytes, contentType: Array.isArray(ct) ? ct[0] : ct };
+          },
+        ),
+      signal,
+    );
+  }
+
   /** Manifest or index by tag or digest (digest-addressed results are cached for good). */
   async manifest(ref: ImageRef, reference: string, signal: AbortSignal): Promise<FetchedManifest> {
     const byDigest = reference.includes(':');
@@ -111,40 +146,21 @@ export class MetadataFetcher {
       byDigest ? reference : (this.tags.get(`${repoKey}:${reference}`) ?? ''),
     );
     if (cached) return cached;
-    const refString = ref.toString();
     return this.once(`m|${repoKey}|${reference}`, signal, async (signal, started) => {
-      const got = await this.o.failover(
+      const ctx = { ref: ref.toString(), reference };
+      const got = await this.get(
         ref,
-        'manifest',
-        (ep) =>
-          this.o.transport.send(
-            {
-              ep,
-              path: `manifests/${reference}`,
-              headers: { accept: MANIFEST_ACCEPT },
-              ref: refString,
-              what: 'manifest',
-              signal,
-              deadlineMs: this.remaining(started),
-              context: { ref: refString, reference },
-            },
-            async (res) => {
-              const ctx: ErrorContext = { host: ep.host, ref: refString, reference };
-              if (res.status !== 200) throw await statusError(res, { ...ctx, what: 'manifest' });
-              const bytes = await readBody(res, this.o.maxManifestBytes, ctx);
-              const ct = res.headers['content-type'];
-              return { bytes, contentType: Array.isArray(ct) ? ct[0] : ct };
-            },
-          ),
+        {
+          what: 'manifest',
+          path: `manifests/${reference}`,
+          headers: { accept: MANIFEST_ACCEPT },
+          maxBytes: this.o.maxManifestBytes,
+        },
+        ctx,
         signal,
+        started,
       );
-      const ctx = { ref: refString, reference };
-      let digest: Digest;
-      if (byDigest) {
-        digest = await verifyDigest(got.bytes, reference, ctx);
-      } else {
-        digest = await digestOf(got.bytes);
-      }
+      const digest = byDigest ? await verifyDigest(got.bytes, reference, ctx) : await digestOf(got.bytes);
       const fm: FetchedManifest = {
         digest,
         doc: parseManifestDocument(got.bytes, got.contentType),
@@ -168,32 +184,20 @@ export class MetadataFetcher {
         size: desc.size,
       });
     }
-    const refString = ref.toString();
     return this.once(`c|${desc.digest}`, signal, async (signal, started) => {
-      const bytes = await this.o.failover(
+      const { bytes } = await this.get(
         ref,
-        'config',
-        (ep) =>
-          this.o.transport.send(
-            {
-              ep,
-              path: `blobs/${desc.digest}`,
-              headers: { 'accept-encoding': 'identity' },
-              ref: refString,
-              what: 'config',
-              signal,
-              deadlineMs: this.remaining(started),
-              context: { digest: desc.digest },
-            },
-            async (res) => {
-              const ctx = { host: ep.host, digest: desc.digest, what: 'config' };
-              if (res.status !== 200) throw await statusError(res, ctx);
-              return readBody(res, this.o.maxConfigBytes, ctx);
-            },
-          ),
+        {
+          what: 'config',
+          path: `blobs/${desc.digest}`,
+          headers: { 'accept-encoding': 'identity' },
+          maxBytes: this.o.maxConfigBytes,
+        },
+        { digest: desc.digest },
         signal,
+        started,
       );
-      await verifyDigest(bytes, desc.digest, { ref: refString, what: 'config' });
+      await verifyDigest(bytes, desc.digest, { ref: ref.toString(), what: 'config' });
       const got = { config: parseImageConfig(bytes), bytes };
       this.configs.set(desc.digest, got);
       return got;

@@ -16,6 +16,25 @@ export async function dump(res: { body: Dispatcher.ResponseData['body'] }): Prom
   }
 }
 
+/** The whole body, or `tooLarge()` (the body destroyed) as soon as it passes `maxBytes`. */
+export async function collectBody(
+  body: Dispatcher.ResponseData['body'],
+  maxBytes: number,
+  tooLarge: () => StoreError,
+): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of body as AsyncIterable<Buffer>) {
+    size += c.length;
+    if (size > maxBytes) {
+      body.destroy();
+      throw tooLarge();
+    }
+    chunks.push(c);
+  }
+  return Buffer.concat(chunks, size);
+}
+
 /** Read a whole body with a size cap; transport failures surface as retryable E_REGISTRY_NETWORK. */
 export async function readBody(res: Response, maxBytes: number, ctx: ErrorContext): Promise<Buffer> {
   const declared = Number(res.headers['content-length']);
@@ -27,20 +46,17 @@ export async function readBody(res: Response, maxBytes: number, ctx: ErrorContex
       limit: maxBytes,
     });
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
+  let body: Buffer;
   try {
-    for await (const c of res.body as AsyncIterable<Buffer>) {
-      size += c.length;
-      if (size > maxBytes) {
-        res.body.destroy();
-        throw new StoreError('E_TOO_LARGE', `response exceeds the ${maxBytes} byte limit`, {
+    body = await collectBody(
+      res.body,
+      maxBytes,
+      () =>
+        new StoreError('E_TOO_LARGE', `response exceeds the ${maxBytes} byte limit`, {
           ...ctx,
           limit: maxBytes,
-        });
-      }
-      chunks.push(c);
-    }
+        }),
+    );
   } catch (err) {
     if (err instanceof StoreError) throw err;
     if (res.signal.aborted) throw err;
@@ -51,7 +67,6 @@ export async function readBody(res: Response, maxBytes: number, ctx: ErrorContex
       { cause: err },
     );
   }
-  const body = Buffer.concat(chunks, size);
   if (Number.isFinite(declared) && body.length !== declared) {
     throw new StoreError('E_TRUNCATED', `response body has ${body.length} of ${declared} bytes`, {
       ...ctx,
