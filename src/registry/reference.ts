@@ -35,17 +35,22 @@ const DOMAIN_NAME =
 const DOMAIN_IPV6 = /^\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\](?::[0-9]+)?$/;
 
 class Ref implements ImageRef {
+  /** The canonical form, built once: the store keys names and records by it on every lookup. */
+  readonly #canonical: string;
+
   constructor(
     readonly registry: string,
     readonly repository: string,
     readonly tag: string | undefined,
     readonly digest: Digest | undefined,
-  ) {}
+  ) {
+    let s = `${registry}/${repository}`;
+    if (tag !== undefined) s += `:${tag}`;
+    if (digest !== undefined) s += `@${digest}`;
+    this.#canonical = s;
+  }
   toString(): string {
-    let s = `${this.registry}/${this.repository}`;
-    if (this.tag !== undefined) s += `:${this.tag}`;
-    if (this.digest !== undefined) s += `@${this.digest}`;
-    return s;
+    return this.#canonical;
   }
   toJSON(): string {
     return this.toString();
