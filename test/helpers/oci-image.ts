@@ -8,8 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { pack as tarPack, type Header } from 'tar-stream';
 import { buildLayerBuffer, type BuildOptions } from '../../src/format/writer/index.js';
 import { runCommand, withPrivateBlobInfoCache } from './podman.js';
-import type { Digest } from '../../src/util/digest.js';
-import { parseDigest } from '../../src/util/digest.js';
+import { parseDigest, type Digest } from '../../src/util/digest.js';
 
 /**
  * Build runnable OCI images for end-to-end tests: a busybox-static base layer (+ data files),
