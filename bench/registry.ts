@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { RegistryClient, parseReference, type BlobReader } from '../src/registry/index.js';
 import { pushBlobFile } from '../test/helpers/push.js';
 import { startRegistry } from '../test/helpers/registry.js';
+import { parseDigest } from '../src/util/digest.js';
 
 interface Args {
   sizeMiB: number;
@@ -140,7 +141,7 @@ async function main(): Promise<void> {
     await pushBlobFile({ url: reg.url }, 'bench/blob', file, digest);
     const setup = (performance.now() - t0) / 1000;
     const ref = parseReference(`${reg.host}/bench/blob:x`);
-    const reader = await client.openBlob(ref, digest, { size });
+    const reader = await client.openBlob(ref, parseDigest(digest), { size });
     const url = `${reg.url}/v2/bench/blob/blobs/${digest}`;
 
     // spot-check correctness against the file before timing anything
@@ -160,7 +161,7 @@ async function main(): Promise<void> {
     for (let off = 0; off < size; off += seqLen) seq.push([off, Math.min(seqLen, size - off)]);
 
     // interleave the runs so page cache and CPU contention hit both sides alike
-    const fresh = async () => client.openBlob(ref, digest, { size });
+    const fresh = async () => client.openBlob(ref, parseDigest(digest), { size });
     const oursRnd = await runOurs(await fresh(), rnd);
     const curlRnd = await runCurl(dir, url, rnd);
     const curlSeq = await runCurl(dir, url, seq);

@@ -34,6 +34,7 @@ import { estargzFooter } from '../src/format/estargz/footer.js';
 import { skippableFrame, zstdChunkedFooter, zstdCompressor } from '../src/format/writer/zstd-chunked.js';
 import { StoreError } from '../src/util/errors.js';
 import type { RangeReader } from '../src/util/range-reader.js';
+import { parseDigest } from '../src/util/digest.js';
 
 const SHARED = process.env['STARGZ_SHARED'] ?? '/work/shared';
 /** Synthetic layers are built once and kept here, so every run (and every commit) reads the same bytes. */
@@ -339,7 +340,7 @@ async function resolveSample(dir: string, rounds: number): Promise<void> {
       manifestDigest: 'sha256:' + '0'.repeat(64),
       configDigest: manifest.config.digest,
       descriptor: {
-        digest: desc.digest,
+        digest: parseDigest(desc.digest),
         size: desc.size,
         mediaType: desc.mediaType,
         annotations: desc.annotations,

@@ -14,6 +14,7 @@ import {
 import { IntervalSet } from './interval-set.js';
 import { LocalBlob } from './local-blob.js';
 import { digestHex } from './paths.js';
+import { SingleFlight } from '../util/single-flight.js';
 
 export interface BlobStoreOptions {
   /** Store root; blobs live in `<root>/blobs/sha256/`. */
@@ -73,7 +74,7 @@ export class BlobStore {
   /** @internal */ readonly durable: boolean;
   private readonly budget: DiskBudget | undefined;
   private readonly open = new Map<string, LocalBlob>();
-  private readonly opening = new Map<string, Promise<LocalBlob>>();
+  private readonly opening = new SingleFlight<string, LocalBlob>();
   /** Bytes accounted for blobs found on disk at start and not opened yet. */
   private readonly adopted = new Map<string, number>();
   private disabledReason: string | undefined;
@@ -209,12 +210,7 @@ export class BlobStore {
       checkSize(existing, size);
       return existing;
     }
-    let p = this.opening.get(hex);
-    if (p === undefined) {
-      p = this.load(hex, size).finally(() => this.opening.delete(hex));
-      this.opening.set(hex, p);
-    }
-    const blob = await p;
+    const blob = await this.opening.run(hex, () => this.load(hex, size));
     checkSize(blob, size);
     return blob;
   }

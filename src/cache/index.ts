@@ -14,8 +14,8 @@
  * `invalidate`, `flush`), `remove(digest)`, `close()`.
  */
 export { ChunkCache, footprint, type ChunkCacheOptions, type ChunkCacheStats } from './chunk-cache.js';
-export { digestHex, isValidDigest } from './paths.js';
+export { digestHex, isSha256Digest } from './paths.js';
 export { BlobStore, type BlobStoreOptions, type BlobStoreStats } from './blob-store.js';
 export { chunkCacheBudget, type DiskBudget } from './blob-files.js';
 export { LocalBlob } from './local-blob.js';
-export { IntervalSet, coalesce as coalesceIntervals, type Interval } from './interval-set.js';
+export { IntervalSet, type Interval } from './interval-set.js';

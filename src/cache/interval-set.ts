@@ -132,24 +132,3 @@ export class IntervalSet {
     return n;
   }
 }
-
-/**
- * Merge intervals whose gap is at most `maxGap` bytes (one request for both is cheaper than two
- * when the gap is small), then cut the result into pieces of at most `maxLength` bytes. Input must
- * be sorted and disjoint (as IntervalSet.missing returns it).
- */
-export function coalesce(intervals: readonly Interval[], maxGap: number, maxLength = Infinity): Interval[] {
-  const merged: Interval[] = [];
-  for (const iv of intervals) {
-    const last = merged[merged.length - 1];
-    if (last !== undefined && iv.start - last.end <= maxGap) last.end = Math.max(last.end, iv.end);
-    else merged.push({ start: iv.start, end: iv.end });
-  }
-  if (!(maxLength < Infinity)) return merged;
-  const step = Math.max(1, Math.floor(maxLength));
-  const out: Interval[] = [];
-  for (const iv of merged) {
-    for (let s = iv.start; s < iv.end; s += step) out.push({ start: s, end: Math.min(iv.end, s + step) });
-  }
-  return out;
-}

@@ -1,5 +1,5 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { isValidDigest } from '../cache/paths.js';
+import { isSha256Digest } from '../cache/paths.js';
 import { decodeChunk, decodeChunks, isZerosVerified, verifyZeros } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
@@ -70,7 +70,7 @@ export class ChunkLoader {
         out.push(ZEROS);
         continue;
       }
-      if (!isValidDigest(c.digest)) return undefined;
+      if (!isSha256Digest(c.digest)) return undefined;
       const b = this.ctx.cache.getMemory(c.digest);
       if (b === undefined || b.length !== c.size) return undefined;
       this.ctx.onVerified(c);
@@ -107,7 +107,7 @@ export class ChunkLoader {
     context: ErrorContext | undefined,
   ): ChunkBytes | Promise<ChunkBytes> {
     if (c.zeros) return this.zeros(c, context);
-    if (!isValidDigest(c.digest)) {
+    if (!isSha256Digest(c.digest)) {
       return Promise.reject(this.badToc('chunk digest is not sha256:<hex>', c));
     }
     const mem = this.ctx.cache.getMemory(c.digest);

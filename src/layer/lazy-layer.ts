@@ -1,5 +1,5 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { isValidDigest } from '../cache/paths.js';
+import { isSha256Digest } from '../cache/paths.js';
 import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../format/model.js';
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
@@ -223,7 +223,7 @@ export class LazyLayer {
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return;
     const wanted = chunksForRange(node, offset, end - offset).filter(
-      (c) => !c.zeros && !(isValidDigest(c.digest) && this.cache.has(c.digest)),
+      (c) => !c.zeros && !(isSha256Digest(c.digest) && this.cache.has(c.digest)),
     );
     if (wanted.length === 0) return;
     // On-demand tier: the reader is about to ask for these bytes; waiting only is cancelled.

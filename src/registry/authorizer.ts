@@ -2,11 +2,13 @@ import type { Dispatcher } from 'undici';
 import { request } from 'undici';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { BoundedMap } from './bounded-map.js';
+import { Lru } from '../util/lru.js';
+import { SingleFlight } from '../util/single-flight.js';
 import { parseWwwAuthenticate, type Challenge } from './challenge.js';
 import { hasSecret, type CredentialProvider, type Credentials } from './credentials.js';
 import type { Endpoint } from './hosts.js';
 import { DOCKER_HUB, DOCKER_HUB_API_HOST } from './reference.js';
+import { collectBody } from './response-body.js';
 
 /** What a request is for: the endpoint, the token scope and the image (credential lookup). */
 export interface AuthContext {
@@ -50,8 +52,9 @@ export class Authorizer {
     { kind: 'basic' } | { kind: 'bearer'; params: BearerParams }
   >();
   /** Expired tokens are dropped when read and swept as new ones arrive. */
-  private readonly tokens = new BoundedMap<CachedToken>(MAX_TOKENS);
-  private readonly inflight = new Map<string, Promise<string>>();
+  private readonly tokens = new Lru<string, CachedToken>({ maxEntries: MAX_TOKENS });
+  /** Concurrent 401s for one origin+scope share one token fetch. */
+  private readonly tokenFetches = new SingleFlight<string, string>();
   /** number of token requests sent (tests and metrics) */
   tokenRequests = 0;
 
@@ -145,13 +148,7 @@ export class Authorizer {
     signal?: AbortSignal,
     scope = ctx.scope,
   ): Promise<string> {
-    const k = this.key(ctx);
-    let p = this.inflight.get(k);
-    if (!p) {
-      p = this.fetchToken(ctx, params, scope, signal).finally(() => this.inflight.delete(k));
-      this.inflight.set(k, p);
-    }
-    return p;
+    return this.tokenFetches.run(this.key(ctx), () => this.fetchToken(ctx, params, scope, signal));
   }
 
   private async fetchToken(
@@ -269,20 +266,15 @@ export class Authorizer {
         { cause: err },
       );
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of res.body as AsyncIterable<Buffer>) {
-      size += c.length;
-      if (size > MAX_TOKEN_RESPONSE) {
-        res.body.destroy();
-        throw new StoreError('E_TOO_LARGE', 'token response too large', { host: ctx.ep.host });
-      }
-      chunks.push(c);
-    }
+    const raw = await collectBody(
+      res.body,
+      MAX_TOKEN_RESPONSE,
+      () => new StoreError('E_TOO_LARGE', 'token response too large', { host: ctx.ep.host }),
+    );
     let body: Record<string, unknown> = {};
     if (res.statusCode === 200) {
       try {
-        const parsed: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        const parsed: unknown = JSON.parse(raw.toString('utf8'));
         if (typeof parsed === 'object' && parsed !== null) body = parsed as Record<string, unknown>;
       } catch {
         throw new StoreError('E_REGISTRY_PROTOCOL', 'token response is not JSON', { host: ctx.ep.host });

@@ -3,7 +3,8 @@ import type { Logger } from '../util/logger.js';
 import { parseContentRange } from './byte-ranges.js';
 import type { Endpoint } from './hosts.js';
 import type { ImageRef } from './reference.js';
-import { dump, statusError, type Transport } from './transport.js';
+import { dump, statusError } from './response-body.js';
+import type { Transport } from './transport.js';
 
 /**
  * The blob's size as `ep` reports it: HEAD, else a one-byte range GET (front-ends that refuse HEAD

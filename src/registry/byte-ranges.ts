@@ -2,22 +2,8 @@ import type { ByteRange } from '../util/blob-read.js';
 import { StoreError } from '../util/errors.js';
 
 export type { ByteRange } from '../util/blob-read.js';
-
-/** Sort and merge ranges that overlap or touch (or are at most `gap` bytes apart). Empty ranges vanish. */
-export function coalesce(ranges: readonly ByteRange[], gap = 0): ByteRange[] {
-  const sorted = ranges.filter((r) => r.length > 0).sort((a, b) => a.offset - b.offset);
-  const out: ByteRange[] = [];
-  for (const r of sorted) {
-    const last = out[out.length - 1];
-    if (last && r.offset <= last.offset + last.length + gap) {
-      const end = Math.max(last.offset + last.length, r.offset + r.length);
-      last.length = end - last.offset;
-    } else {
-      out.push({ offset: r.offset, length: r.length });
-    }
-  }
-  return out;
-}
+// the one range merge (util/byte-range.ts), re-exported for the registry's readers
+export { coalesce } from '../util/byte-range.js';
 
 /** `bytes=a-b,c-d` (inclusive ends, no spaces). */
 export function rangeHeader(ranges: readonly ByteRange[]): string {

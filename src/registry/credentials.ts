@@ -1,6 +1,6 @@
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { BoundedMap } from './bounded-map.js';
+import { Lru } from '../util/lru.js';
 import { parseReference } from './reference.js';
 
 /** A secret for one registry. Never logged, never put in errors. */
@@ -48,8 +48,8 @@ export class MemoryCredentialProvider implements CredentialProvider {
   readonly name = 'helper';
   // The helper pushes on every pull: keep the most recent ones only (an evicted entry comes back
   // with the next pull of that image).
-  private readonly byRef = new BoundedMap<Credentials>(MAX_HELPER_CREDENTIALS);
-  private readonly byRepo = new BoundedMap<Credentials>(MAX_HELPER_CREDENTIALS);
+  private readonly byRef = new Lru<string, Credentials>({ maxEntries: MAX_HELPER_CREDENTIALS });
+  private readonly byRepo = new Lru<string, Credentials>({ maxEntries: MAX_HELPER_CREDENTIALS });
 
   /** Merge a map (replacing entries with the same reference). Invalid input -> E_INVALID_ARGUMENT. */
   addCredentials(map: unknown): number {

@@ -25,13 +25,8 @@
  * _STATUS / _PROTOCOL / _NETWORK, E_MANIFEST, E_PLATFORM_NOT_FOUND, E_TOO_LARGE, E_DEADLINE,
  * E_ABORTED, E_DIGEST_MISMATCH, E_TRUNCATED. Messages and contexts never contain secrets.
  */
-export {
-  parseReference,
-  decodeAlsRefName,
-  encodeAlsRefName,
-  isValidDigest,
-  type ImageRef,
-} from './reference.js';
+export { parseReference, decodeAlsRefName, encodeAlsRefName, type ImageRef } from './reference.js';
+export { isValidDigest, parseDigest, type Digest } from '../util/digest.js';
 export { RegistryClient, type RegistryClientOptions } from './client.js';
 export {
   matchLayer,

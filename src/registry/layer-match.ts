@@ -1,3 +1,4 @@
+import type { Digest } from '../util/digest.js';
 import { TOC_ANNOTATIONS, type Descriptor, type ImageConfig, type ImageManifest } from './manifest.js';
 import type { Platform } from './platform.js';
 import type { ImageRef } from './reference.js';
@@ -5,7 +6,7 @@ import type { ImageRef } from './reference.js';
 /** What a resolved image is and how a layer name (blob or TOC digest) is found in it. */
 
 export interface LayerDescriptor {
-  digest: string;
+  digest: Digest;
   size: number;
   mediaType: string;
   annotations: Record<string, string>;
@@ -15,19 +16,19 @@ export interface LayerDescriptor {
 export interface ResolvedImage {
   ref: ImageRef;
   /** Digest of the platform manifest (not of the index). */
-  manifestDigest: string;
+  manifestDigest: Digest;
   manifest: ImageManifest;
   /** The manifest bytes as served (what the digest covers). */
   manifestBytes: Buffer;
   config: ImageConfig;
   /** The config blob as served (verified against configDigest). */
   configBytes: Buffer;
-  configDigest: string;
+  configDigest: Digest;
   platform: Platform;
   layers: LayerDescriptor[];
   diffIDs: string[];
   /** When the reference named an index: its digest and every manifest it lists (nested indexes flattened). */
-  index?: { digest: string; mediaType: string; manifests: Descriptor[] };
+  index?: { digest: Digest; mediaType: string; manifests: Descriptor[] };
 }
 
 /** How a name matched a layer: its blob digest (OLD c/storage) or a TOC digest annotation (NEW). */

@@ -1,6 +1,6 @@
 import { StoreError } from '../util/errors.js';
 import type { Platform } from './platform.js';
-import { isValidDigest } from './reference.js';
+import { isValidDigest, type Digest } from '../util/digest.js';
 
 export const MEDIA_OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
 export const MEDIA_OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
@@ -35,7 +35,7 @@ export const TOC_ANNOTATIONS = [
 
 export interface Descriptor {
   mediaType: string;
-  digest: string;
+  digest: Digest;
   size: number;
   annotations: Record<string, string>;
   platform?: Platform;

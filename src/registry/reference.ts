@@ -1,3 +1,7 @@
+import { isValidDigest, type Digest } from '../util/digest.js';
+
+// the one digest rule (util/digest.ts), re-exported for the reference's users
+export { isValidDigest } from '../util/digest.js';
 import { StoreError } from '../util/errors.js';
 
 /**
@@ -12,7 +16,7 @@ export interface ImageRef {
   readonly repository: string;
   readonly tag?: string;
   /** `algorithm:hex` */
-  readonly digest?: string;
+  readonly digest?: Digest;
   /** `registry/repository[:tag][@digest]` */
   toString(): string;
 }
@@ -25,25 +29,28 @@ const MAX_NAME_LENGTH = 255;
 // One path component: lowercase alphanumerics joined by '.', '_', '__' or runs of '-'.
 const COMPONENT = /^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$/;
 const TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
-const DIGEST = /^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$/;
-const SHA256_HEX = /^[a-f0-9]{64}$/;
 // host name labels, optional port; or a bracketed IPv6 literal with optional port
 const DOMAIN_NAME =
   /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?))*(?::[0-9]+)?$/;
 const DOMAIN_IPV6 = /^\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\](?::[0-9]+)?$/;
 
 class Ref implements ImageRef {
+  /** The canonical form, built once: the store keys names and records by it on every lookup. */
+  readonly #canonical: string;
+
   constructor(
     readonly registry: string,
     readonly repository: string,
     readonly tag: string | undefined,
-    readonly digest: string | undefined,
-  ) {}
+    readonly digest: Digest | undefined,
+  ) {
+    let s = `${registry}/${repository}`;
+    if (tag !== undefined) s += `:${tag}`;
+    if (digest !== undefined) s += `@${digest}`;
+    this.#canonical = s;
+  }
   toString(): string {
-    let s = `${this.registry}/${this.repository}`;
-    if (this.tag !== undefined) s += `:${this.tag}`;
-    if (this.digest !== undefined) s += `@${this.digest}`;
-    return s;
+    return this.#canonical;
   }
   toJSON(): string {
     return this.toString();
@@ -54,15 +61,6 @@ function bad(input: string, why: string): StoreError {
   return new StoreError('E_BAD_REFERENCE', `invalid image reference "${input.slice(0, 300)}": ${why}`, {
     ref: input.slice(0, 300),
   });
-}
-
-/** Validate an `algorithm:hex` digest; sha256 must have 64 lowercase hex digits. */
-export function isValidDigest(d: string): boolean {
-  if (!DIGEST.test(d)) return false;
-  const [alg, hex] = d.split(':') as [string, string];
-  if (alg === 'sha256') return SHA256_HEX.test(hex);
-  if (alg === 'sha512') return /^[a-f0-9]{128}$/.test(hex);
-  return true;
 }
 
 function looksLikeDomain(first: string): boolean {
@@ -84,12 +82,13 @@ export function parseReference(input: string): ImageRef {
   if (typeof input !== 'string' || input.length === 0) throw bad(String(input), 'empty');
   if (input.length > 4096) throw bad(input, 'too long');
   let rest = input;
-  let digest: string | undefined;
+  let digest: Digest | undefined;
   const at = rest.indexOf('@');
   if (at >= 0) {
-    digest = rest.slice(at + 1);
+    const d = rest.slice(at + 1);
     rest = rest.slice(0, at);
-    if (!isValidDigest(digest)) throw bad(input, `bad digest "${digest.slice(0, 80)}"`);
+    if (!isValidDigest(d)) throw bad(input, `bad digest "${d.slice(0, 80)}"`);
+    digest = d;
   }
   // split off the registry first: its port colon must not be taken for a tag separator
   let registry: string;

@@ -1,48 +1,47 @@
-import { decodeAlsRefName, isValidDigest, parseReference } from '../registry/reference.js';
+import { decodeAlsRefName, parseReference, type ImageRef } from '../registry/reference.js';
+import { isValidDigest, type Digest } from '../util/digest.js';
 import { StoreError } from '../util/errors.js';
+import { Lru } from '../util/lru.js';
 import { FsError } from '../fs/errno.js';
 
 /**
  * Where a FUSE path points in the ALS tree `<mnt>/<base64(ref)>/<digest>/{diff/,info,blob,use}`.
  * Parsing is pure (no I/O): bad base64, references and digests are EINVAL as in the Go store.
+ * This is the edge where the store's identities are parsed: from here on the reference is an
+ * ImageRef and the digest a Digest, passed as values down to the registry client.
  */
 export type AlsLocation =
   | { kind: 'root' }
-  | { kind: 'ref'; ref: string }
-  | { kind: 'layer'; ref: string; digest: string }
-  | { kind: 'info' | 'blob' | 'use'; ref: string; digest: string }
+  | { kind: 'ref'; ref: ImageRef }
+  | { kind: 'layer'; ref: ImageRef; digest: Digest }
+  | { kind: 'info' | 'blob' | 'use'; ref: ImageRef; digest: Digest }
   /** `sub` is the path inside the layer ('' = the diff root), without leading slash. */
-  | { kind: 'diff'; ref: string; digest: string; sub: string }
+  | { kind: 'diff'; ref: ImageRef; digest: Digest; sub: string }
   /** Any other name inside a layer directory. */
   | { kind: 'absent'; name: string };
 
-const refNames = new Map<string, string | StoreError>();
-const REF_CACHE_MAX = 4096;
+/** Every lookup goes through here: decoded names (and refusals) are remembered, bounded. */
+const refNames = new Lru<string, ImageRef | StoreError>({ maxEntries: 4096 });
 
-/** Decode `<base64(ref)>` to the normalised reference string (memoised: every lookup goes through here). */
-export function decodeRefName(name: string): string {
-  const hit = refNames.get(name);
-  if (hit !== undefined) {
-    if (hit instanceof StoreError) throw hit;
-    return hit;
+/** Decode `<base64(ref)>` to the normalised image reference (memoised). */
+export function decodeRefName(name: string): ImageRef {
+  let out = refNames.get(name);
+  if (out === undefined) {
+    try {
+      out = parseReference(decodeAlsRefName(name));
+    } catch (err) {
+      out =
+        err instanceof StoreError
+          ? new StoreError('E_INVALID_ARGUMENT', err.message, { ...err.context, name: name.slice(0, 300) })
+          : new StoreError('E_INVALID_ARGUMENT', 'not an ALS reference name', { name: name.slice(0, 300) });
+    }
+    refNames.set(name, out);
   }
-  let out: string | StoreError;
-  try {
-    const text = decodeAlsRefName(name);
-    out = parseReference(text).toString();
-  } catch (err) {
-    out =
-      err instanceof StoreError
-        ? new StoreError('E_INVALID_ARGUMENT', err.message, { ...err.context, name: name.slice(0, 300) })
-        : new StoreError('E_INVALID_ARGUMENT', 'not an ALS reference name', { name: name.slice(0, 300) });
-  }
-  if (refNames.size >= REF_CACHE_MAX) refNames.clear();
-  refNames.set(name, out);
   if (out instanceof StoreError) throw out;
   return out;
 }
 
-export function checkDigest(name: string): string {
+export function checkDigest(name: string): Digest {
   if (!isValidDigest(name)) {
     throw new StoreError('E_INVALID_ARGUMENT', 'not a valid digest', { digest: name.slice(0, 200) });
   }

@@ -6,6 +6,8 @@
 import type { LayerIndex, TreeNode } from '../format/model.js';
 import type { UnverifiedToc } from '../format/unverified-toc.js';
 import type { FoundLayer, LayerDescriptor } from '../registry/layer-match.js';
+import type { ImageRef } from '../registry/reference.js';
+import type { Digest } from '../util/digest.js';
 import type { RangeReader } from '../util/range-reader.js';
 import type { Logger } from '../util/logger.js';
 
@@ -32,9 +34,9 @@ export interface LayerMatch {
 /** What the store asks of the registry (src/registry RegistryClient, adapted in registry-adapter.ts). */
 export interface StoreRegistry {
   /** Find `digest` (blob or TOC digest) in any platform manifest of `ref`; E_NOT_FOUND when absent. */
-  findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch>;
+  findLayer(ref: ImageRef, digest: Digest, signal: AbortSignal): Promise<LayerMatch>;
   /** Random access to a blob of `ref`'s repository, by digest (never by tag). */
-  openBlob(ref: string, digest: string, size: number, signal: AbortSignal): Promise<RangeReader>;
+  openBlob(ref: ImageRef, digest: Digest, size: number, signal: AbortSignal): Promise<RangeReader>;
 }
 
 export interface OpenLayerOptions {

@@ -1,3 +1,5 @@
+import { Lru } from '../util/lru.js';
+
 /**
  * Inode numbers. fuse-native carries only 32 bits, so instead of Go's `layerID << 32 | n` the space
  * is split in two halves, neither of which grows with the number of names ever looked up:
@@ -14,7 +16,7 @@ const MAX_REMEMBERED = 65_536;
 
 export class InoAllocator {
   private next = 2; // 1 = mount root
-  private readonly blocks = new Map<string, { base: number; count: number }>();
+  private readonly blocks = new Lru<string, { base: number; count: number }>({ maxEntries: MAX_REMEMBERED });
 
   /**
    * The block for `key` (a blob digest) of `count` numbers: returns the base (numbers are
@@ -22,20 +24,14 @@ export class InoAllocator {
    */
   layerBlock(key: string, count: number): number {
     const hit = this.blocks.get(key);
-    if (hit && hit.count === count) {
-      this.blocks.delete(key);
-      this.blocks.set(key, hit);
-      return hit.base;
-    }
+    if (hit && hit.count === count) return hit.base;
     if (this.next + count >= LAYER_SPACE_END) {
       // a process that opened ~2^31 nodes' worth of distinct layers: start over (collisions possible)
       this.next = 2;
     }
     const base = this.next - 1;
     this.next += count;
-    this.blocks.delete(key);
     this.blocks.set(key, { base, count });
-    if (this.blocks.size > MAX_REMEMBERED) this.blocks.delete(this.blocks.keys().next().value as string);
     return base;
   }
 

@@ -8,6 +8,8 @@ import { DiffView } from './diff-view.js';
 import type { InoAllocator } from './ino.js';
 import type { Entry } from './name-table.js';
 import type { TocSpec, TocTails } from './toc-tail.js';
+import type { ImageRef } from '../registry/reference.js';
+import type { Digest } from '../util/digest.js';
 
 /** One opened blob, shared by every `(ref, digest)` name that points at it (whatever the ref). */
 export interface LayerHandle {
@@ -23,6 +25,9 @@ export interface LayerHandle {
 }
 
 export interface HandleSpec extends TocSpec {
+  /** `ref` as parsed (the blob is fetched from its repository). */
+  image: ImageRef;
+  blobDigest: Digest;
   diffId?: string;
 }
 
@@ -182,7 +187,7 @@ export class LayerPool {
     const { ref, blobDigest } = spec;
     const blob = new LazyBlob(
       spec.blobSize,
-      (s) => this.o.registry.openBlob(ref, blobDigest, spec.blobSize, s),
+      (s) => this.o.registry.openBlob(spec.image, spec.blobDigest, spec.blobSize, s),
       { ref, digest: blobDigest },
     );
     const index = await this.o.tocs.open(spec, blob, signal);

@@ -10,6 +10,8 @@ import { StoreFs, type StoreDeadlines } from './store-fs.js';
 import { DEADLINE_DEFAULTS_SEC, IDLE_LAYER_TTL_SEC } from '../util/defaults.js';
 import { holdResolved } from './pins-hold.js';
 import type { HeldLayer } from './pins.js';
+import { parseReference } from '../registry/reference.js';
+import { parseDigest } from '../util/digest.js';
 
 /** One line of `stargz-store status`. */
 export interface LayerStatus {
@@ -203,7 +205,9 @@ export class LayerStore {
 
   /** Resolve `(ref, digest)` and hold it open, its chunks pinned, until release() (pinned images). */
   async holdLayer(ref: string, digest: string, waitMs = 120_000): Promise<HeldLayer> {
-    return holdResolved(await this.resolver.resolve(ref, digest, waitMs));
+    // pinned names come from the pins file: parsed here, the store's edge for them
+    const layer = await this.resolver.resolve(parseReference(ref), parseDigest(digest), waitMs);
+    return holdResolved(layer);
   }
 
   /** Credentials from the helper channel, passed to the registry client. */

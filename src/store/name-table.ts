@@ -1,3 +1,5 @@
+import type { ImageRef } from '../registry/reference.js';
+import type { Digest } from '../util/digest.js';
 import { StoreError } from '../util/errors.js';
 import type { LayerRecord } from './record.js';
 import type { LayerHandle } from './layer-pool.js';
@@ -25,8 +27,11 @@ export class NotLazyError extends StoreError {
 
 /** One looked-up name `(ref, digest)`. */
 export interface Entry {
+  /** The reference as parsed at the ALS edge (passed to the registry as is). */
+  image: ImageRef;
+  /** Its canonical string (keys, records, logs). */
   ref: string;
-  digest: string;
+  digest: Digest;
   inflight?: Promise<ResolvedLayer>;
   startedAt: number;
   resolved?: ResolvedLayer;
@@ -40,8 +45,8 @@ export interface Entry {
   eager?: boolean;
 }
 
-export function nameKey(ref: string, digest: string): string {
-  return `${ref}\n${digest}`;
+export function nameKey(ref: ImageRef | string, digest: string): string {
+  return `${String(ref)}\n${digest}`;
 }
 
 /**
@@ -59,17 +64,17 @@ export class NameTable {
     private readonly onForget: (e: Entry) => void,
   ) {}
 
-  get(ref: string, digest: string): Entry | undefined {
+  get(ref: ImageRef | string, digest: string): Entry | undefined {
     return this.entries.get(nameKey(ref, digest));
   }
 
   /** The entry of a name, created (making room first) when new. */
-  entry(ref: string, digest: string): Entry {
+  entry(ref: ImageRef, digest: Digest): Entry {
     const key = nameKey(ref, digest);
     let e = this.entries.get(key);
     if (!e) {
       if (this.entries.size >= this.maxEntries) this.shrink();
-      e = { ref, digest, startedAt: 0 };
+      e = { image: ref, ref: ref.toString(), digest, startedAt: 0 };
       this.entries.set(key, e);
     }
     return e;

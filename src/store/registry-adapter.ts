@@ -1,11 +1,14 @@
-import { parseReference, type RegistryClient } from '../registry/index.js';
+import type { RegistryClient } from '../registry/index.js';
 import type { StoreRegistry } from './deps.js';
 
-/** Present the registry client through the store's narrow StoreRegistry view. */
+/**
+ * Present the registry client through the store's narrow StoreRegistry view. The reference and
+ * digest arrive parsed (ImageRef, Digest from the ALS path): nothing is parsed again here.
+ */
 export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
   return {
     async findLayer(ref, digest, signal) {
-      const f = await client.findLayer(parseReference(ref), digest, { signal });
+      const f = await client.findLayer(ref, digest, { signal });
       // a config whose diff_ids do not line up with the layers cannot name any layer's DiffID
       const aligned = f.image.diffIDs.length === f.image.layers.length;
       return {
@@ -21,7 +24,7 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
       };
     },
     async openBlob(ref, digest, size, signal) {
-      return await client.openBlob(parseReference(ref), digest, { size, signal });
+      return await client.openBlob(ref, digest, { size, signal });
     },
   };
 }

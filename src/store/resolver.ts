@@ -1,4 +1,6 @@
 import { ANNOTATION_STARGZ_TOC, tocAnnotation, tocOffsetHint } from '../registry/manifest.js';
+import { parseReference, type ImageRef } from '../registry/reference.js';
+import { isValidDigest, parseDigest, type Digest } from '../util/digest.js';
 import { StoreError, asStoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { withDeadline } from '../util/abort.js';
@@ -102,7 +104,7 @@ export class LayerResolver {
   }
 
   /** Already resolved? (no I/O). Called for a client's request: the layer's fetching may start. */
-  peek(ref: string, digest: string): ResolvedLayer | undefined {
+  peek(ref: ImageRef, digest: Digest): ResolvedLayer | undefined {
     const e = this.names.get(ref, digest);
     const r = e?.resolved;
     if (!e || !r) return undefined;
@@ -132,10 +134,11 @@ export class LayerResolver {
    * answer is not there in time; the resolution itself goes on in the background so a later lookup
    * can still succeed.
    */
-  async resolve(ref: string, digest: string, waitMs: number): Promise<ResolvedLayer> {
+  async resolve(image: ImageRef, digest: Digest, waitMs: number): Promise<ResolvedLayer> {
+    const ref = image.toString();
     if (this.closed) throw new StoreError('E_ABORTED', 'store is shutting down', { ref, digest });
-    const e = this.names.entry(ref, digest);
-    const hit = this.peek(ref, digest);
+    const e = this.names.entry(image, digest);
+    const hit = this.peek(image, digest);
     if (hit) return hit;
     const failed = this.names.activeFailure(e);
     if (failed) throw failed;
@@ -228,8 +231,10 @@ export class LayerResolver {
    * under the name form the client used. Each resolves exactly as a lookup would (the match comes
    * from KnownImages), so its outcome, good or "not lazy", is in the name table when asked for.
    */
-  private resolveSiblings(ref: string, found: LayerMatch): void {
+  private resolveSiblings(ref: ImageRef, found: LayerMatch): void {
     for (const digest of siblingNames(found)) {
+      // only a digest can be an ALS name (a malformed TOC annotation never is asked for)
+      if (!isValidDigest(digest)) continue;
       this.eager.push(() => {
         if (this.closed) return undefined;
         const e = this.names.entry(ref, digest);
@@ -252,7 +257,9 @@ export class LayerResolver {
       e.hasRecord = true;
       const spec: HandleSpec = {
         ref: saved.ref,
-        blobDigest: saved.blobDigest,
+        // the record comes from disk: its identities are parsed here, once
+        image: saved.ref === e.ref ? e.image : parseReference(saved.ref),
+        blobDigest: parseDigest(saved.blobDigest, 'recorded blob digest'),
         blobSize: saved.blobSize,
         tocDigest: saved.tocDigest,
         diffId: saved.diffId,
@@ -261,10 +268,10 @@ export class LayerResolver {
       const handle = await this.pool.handleFor(spec, e, signal);
       return this.finish(e, saved, handle);
     }
-    const found = this.known.match(ref, digest) ?? (await this.findLayer(ref, digest, signal));
+    const found = this.known.match(ref, digest) ?? (await this.findLayer(e.image, digest, signal));
     if (!e.eager) {
       this.known.learn(ref, found);
-      this.resolveSiblings(ref, found);
+      this.resolveSiblings(e.image, found);
     }
     const { descriptor: desc, matchedBy, diffId } = found;
     if (!isSupportedMedia(desc.mediaType)) {
@@ -286,6 +293,7 @@ export class LayerResolver {
     const hint = tocOffsetHint(desc);
     const spec: HandleSpec = {
       ref,
+      image: e.image,
       blobDigest: desc.digest,
       blobSize: desc.size,
       tocDigest: toc.value,
@@ -323,12 +331,13 @@ export class LayerResolver {
     return this.finish(e, record, handle);
   }
 
-  private async findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+  private async findLayer(ref: ImageRef, digest: Digest, signal: AbortSignal): Promise<LayerMatch> {
     try {
       return await this.o.registry.findLayer(ref, digest, signal);
     } catch (err) {
       if (err instanceof StoreError && err.code === 'E_NOT_FOUND') {
-        throw new NotLazyError('digest is not a layer (or TOC) digest of the image', { ref, digest }, err);
+        const ctx = { ref: ref.toString(), digest };
+        throw new NotLazyError('digest is not a layer (or TOC) digest of the image', ctx, err);
       }
       throw err;
     }

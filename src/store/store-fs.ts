@@ -27,6 +27,8 @@ import type { LazyLayerLike } from './deps.js';
 import type { ViewNode } from './diff-view.js';
 import { syntheticIno } from './ino.js';
 import { NotLazyError, type LayerResolver, type ResolvedLayer } from './resolver.js';
+import type { ImageRef } from '../registry/reference.js';
+import type { Digest } from '../util/digest.js';
 
 export interface StoreDeadlines {
   /** Budget for a lookup that has to resolve a layer (diff/info/blob, paths inside diff). */
@@ -103,7 +105,7 @@ export class StoreFs implements VirtualFs {
    * diff/info/blob LOOKUP: resolve within the lookup budget. Anything short of a servable layer is
    * ENOENT, which makes containers/storage fall back to a normal pull (als-client.md §2.4).
    */
-  private async resolveForLookup(ref: string, digest: string): Promise<ResolvedLayer> {
+  private async resolveForLookup(ref: ImageRef, digest: Digest): Promise<ResolvedLayer> {
     const hit = this.resolver.peek(ref, digest);
     if (hit) return hit;
     try {
@@ -111,7 +113,7 @@ export class StoreFs implements VirtualFs {
     } catch (err) {
       if (err instanceof NotLazyError) throw err;
       throw new StoreError('E_NOT_FOUND', `layer not available in time: ${(err as Error).message}`, {
-        ref,
+        ref: ref.toString(),
         digest,
       });
     }
@@ -121,14 +123,14 @@ export class StoreFs implements VirtualFs {
    * Content inside `diff` of a layer a client already uses: failing to resolve is EIO, never ENOENT
    * (an ENOENT here would let overlayfs show the lower layers' files instead).
    */
-  private async resolveForContent(ref: string, digest: string): Promise<ResolvedLayer> {
+  private async resolveForContent(ref: ImageRef, digest: Digest): Promise<ResolvedLayer> {
     const hit = this.resolver.peek(ref, digest);
     if (hit) return hit;
     try {
       return await this.resolver.resolve(ref, digest, this.deadlines.lookupMs);
     } catch (err) {
       throw new StoreError('E_LAYER_BAD', `layer cannot be served: ${(err as Error).message}`, {
-        ref,
+        ref: ref.toString(),
         digest,
       });
     }
@@ -150,7 +152,7 @@ export class StoreFs implements VirtualFs {
       case 'root':
         return ROOT_DIR_ATTR;
       case 'ref':
-        return this.syntheticDir(loc.ref);
+        return this.syntheticDir(loc.ref.toString());
       case 'layer':
         return this.syntheticDir(`${loc.ref}\n${loc.digest}`);
       case 'info': {
@@ -207,7 +209,7 @@ export class StoreFs implements VirtualFs {
     const { r, v } = await this.diffNode(loc);
     if (v.whiteout || v.node.type !== 'symlink') throw new FsError('EINVAL', 'not a symlink', { path });
     this.accesses?.readlinked({
-      ref: loc.ref,
+      ref: loc.ref.toString(),
       digest: loc.digest,
       tocDigest: r.record.tocDigest,
       path: loc.sub,
@@ -256,7 +258,7 @@ export class StoreFs implements VirtualFs {
         const layer = r.handle.layer;
         const unpin = r.handle.pin();
         const tracker = this.accesses?.opened({
-          ref: loc.ref,
+          ref: loc.ref.toString(),
           digest: loc.digest,
           tocDigest: r.record.tocDigest,
           path: loc.sub,
@@ -307,7 +309,7 @@ export class StoreFs implements VirtualFs {
   async create(path: string): Promise<OpenFile> {
     const loc = parseAlsPath(path);
     if (loc.kind === 'use') {
-      this.refs.use(loc.ref, loc.digest);
+      this.refs.use(loc.ref.toString(), loc.digest);
       // ENOENT is the "notification received" answer containers/storage expects
       throw notFound(path, 'use notification recorded');
     }
@@ -318,7 +320,7 @@ export class StoreFs implements VirtualFs {
   async rmdir(path: string): Promise<void> {
     const loc = parseAlsPath(path);
     if (loc.kind === 'layer') {
-      this.refs.release(loc.ref, loc.digest);
+      this.refs.release(loc.ref.toString(), loc.digest);
       // ENOENT = released (also for layers we never saw: anything else makes the client warn)
       throw notFound(path, 'release recorded');
     }

@@ -30,6 +30,11 @@ export class SingleFlight<K, V> {
     return this.running.has(key);
   }
 
+  /** The running calls (to wait for them all, e.g. on close). */
+  values(): IterableIterator<Promise<V>> {
+    return this.running.values();
+  }
+
   get size(): number {
     return this.running.size;
   }

@@ -10,12 +10,13 @@ import { BufferRangeReader } from '../../src/util/range-reader.js';
 
 export { SHARED } from './shared.js';
 import { SHARED } from './shared.js';
+import type { Digest } from '../../src/util/digest.js';
 export const VECTOR_A = join(SHARED, 'vectors/vector-a-estargz-gzip9-chunk4-prio.blob');
 export const VECTOR_B = join(SHARED, 'vectors/vector-b-zstdchunked-chunk4.blob');
 export const SAMPLES_TINY = join(SHARED, 'samples/tiny');
 
-export function sha256(data: Uint8Array | string): string {
-  return 'sha256:' + createHash('sha256').update(data).digest('hex');
+export function sha256(data: Uint8Array | string): Digest {
+  return ('sha256:' + createHash('sha256').update(data).digest('hex')) as Digest;
 }
 
 /** The StoreError `p` rejects with (fails the test if it resolves or throws anything else). */

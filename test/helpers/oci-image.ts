@@ -9,6 +9,7 @@ import { pack as tarPack, type Header } from 'tar-stream';
 import { buildLayerBuffer, type BuildOptions } from '../../src/format/writer/index.js';
 import { runCommand, withPrivateBlobInfoCache } from './podman.js';
 import { pushBlob, pushManifest } from './push.js';
+import { parseDigest, type Digest } from '../../src/util/digest.js';
 
 /**
  * Build runnable OCI images for end-to-end tests: a busybox-static base layer (+ data files),
@@ -22,8 +23,8 @@ export const OCI_LAYER_GZIP = 'application/vnd.oci.image.layer.v1.tar+gzip';
 const BUSYBOX = '/bin/busybox';
 const gzipAsync = promisify(gzip);
 
-export function sha256(b: Buffer | string): string {
-  return 'sha256:' + createHash('sha256').update(b).digest('hex');
+export function sha256(b: Buffer | string): Digest {
+  return ('sha256:' + createHash('sha256').update(b).digest('hex')) as Digest;
 }
 
 export interface TarFile {
@@ -107,7 +108,7 @@ export type LayerEncoding = 'estargz' | 'zstd:chunked' | 'gzip';
 
 export interface Descriptor {
   mediaType: string;
-  digest: string;
+  digest: Digest;
   size: number;
   annotations?: Record<string, string>;
 }
@@ -140,7 +141,12 @@ export async function encodeLayer(
   return {
     encoding,
     blob: r.blob,
-    descriptor: { mediaType: r.mediaType, digest: r.blobDigest, size: r.size, annotations: r.annotations },
+    descriptor: {
+      mediaType: r.mediaType,
+      digest: parseDigest(r.blobDigest),
+      size: r.size,
+      annotations: r.annotations,
+    },
     diffID: r.diffID,
     tocDigest: r.tocDigest,
   };
@@ -155,9 +161,9 @@ export interface ImageConfigOptions {
 export interface OciImage {
   manifest: Record<string, unknown>;
   manifestBytes: Buffer;
-  manifestDigest: string;
+  manifestDigest: Digest;
   configBytes: Buffer;
-  configDigest: string;
+  configDigest: Digest;
   layers: Descriptor[];
   diffIDs: string[];
   blobs: Map<string, Buffer>;
@@ -235,7 +241,7 @@ export async function writeOciLayout(dir: string, image: OciImage, tag: string):
 
 export interface RegistryManifest {
   bytes: Buffer;
-  digest: string;
+  digest: Digest;
   json: { layers: Descriptor[]; config: Descriptor; mediaType?: string };
   contentType: string | null;
 }
@@ -267,8 +273,8 @@ export interface PushedImage {
   ref: string;
   /** `<registry>/<repo>@<manifestDigest>` */
   digestRef: string;
-  manifestDigest: string;
-  configDigest: string;
+  manifestDigest: Digest;
+  configDigest: Digest;
   layers: Descriptor[];
   diffIDs: string[];
 }

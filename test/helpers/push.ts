@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { Agent, request, type Dispatcher } from 'undici';
+import type { Digest } from '../../src/util/digest.js';
 
 /** Where and how to push: base URL (`http://127.0.0.1:5000`), optional auth header and TLS CA. */
 export interface PushTarget {
@@ -25,8 +26,8 @@ function dispatcher(t: PushTarget): Dispatcher | undefined {
   return a;
 }
 
-export function sha256(b: Buffer | string): string {
-  return `sha256:${createHash('sha256').update(b).digest('hex')}`;
+export function sha256(b: Buffer | string): Digest {
+  return `sha256:${createHash('sha256').update(b).digest('hex')}` as Digest;
 }
 
 function headers(t: PushTarget, extra: Record<string, string> = {}): Record<string, string> {
@@ -48,7 +49,7 @@ async function startUpload(t: PushTarget, repo: string): Promise<URL> {
 }
 
 /** Monolithic blob upload (POST then PUT ?digest=). Returns the digest. */
-export async function pushBlob(t: PushTarget, repo: string, data: Buffer): Promise<string> {
+export async function pushBlob(t: PushTarget, repo: string, data: Buffer): Promise<Digest> {
   const digest = sha256(data);
   const loc = await startUpload(t, repo);
   loc.searchParams.set('digest', digest);
@@ -90,7 +91,7 @@ export async function pushManifest(
   reference: string,
   body: Buffer | object,
   mediaType: string,
-): Promise<string> {
+): Promise<Digest> {
   const bytes = Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
   const res = await request(`${t.url}/v2/${repo}/manifests/${reference}`, {
     method: 'PUT',
@@ -113,11 +114,11 @@ export const DOCKER_CONFIG = 'application/vnd.docker.container.image.v1+json';
 export const LAYER_GZIP = 'application/vnd.oci.image.layer.v1.tar+gzip';
 
 export interface PushedImage {
-  manifestDigest: string;
+  manifestDigest: Digest;
   manifest: Record<string, unknown>;
   manifestBytes: Buffer;
-  configDigest: string;
-  layers: Array<{ digest: string; size: number; data: Buffer }>;
+  configDigest: Digest;
+  layers: Array<{ digest: Digest; size: number; data: Buffer }>;
 }
 
 /**

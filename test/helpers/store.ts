@@ -9,6 +9,8 @@ import { BufferRangeReader, type RangeReader } from '../../src/util/range-reader
 import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/layer-match.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
+import type { Digest } from '../../src/util/digest.js';
+import type { ImageRef } from '../../src/registry/reference.js';
 
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
@@ -21,7 +23,8 @@ export async function decompressBlob(blob: Buffer, zstd: boolean): Promise<Buffe
   if (!zstd) return await gunzipAsync(blob);
   return zstdDecompress(blob);
 }
-export const sha256 = (b: Buffer | string) => 'sha256:' + createHash('sha256').update(b).digest('hex');
+export const sha256 = (b: Buffer | string) =>
+  ('sha256:' + createHash('sha256').update(b).digest('hex')) as Digest;
 
 export interface TarEntry {
   name: string;
@@ -224,7 +227,8 @@ export class FakeRegistry implements StoreRegistry {
     );
   }
 
-  async findLayer(ref: string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+  async findLayer(image: ImageRef | string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+    const ref = String(image);
     this.imageCalls++;
     await this.maybeHang(ref, signal);
     const img = this.images_.get(ref);
@@ -244,7 +248,13 @@ export class FakeRegistry implements StoreRegistry {
     };
   }
 
-  async openBlob(ref: string, digest: string, size: number, signal: AbortSignal): Promise<RangeReader> {
+  async openBlob(
+    image: ImageRef | string,
+    digest: string,
+    size: number,
+    signal: AbortSignal,
+  ): Promise<RangeReader> {
+    const ref = String(image);
     this.blobOpens++;
     await this.maybeHang(ref, signal);
     const b = this.blobs.get(digest);

@@ -13,6 +13,7 @@ import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { RegistryClient, parseReference } from '../../src/registry/index.js';
 import { startFaultServer, type FaultServer } from '../helpers/fault-server.js';
 import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256 } from '../unit/layer-fixture.js';
+import { parseDigest } from '../../src/util/digest.js';
 
 function parseRange(h: string | string[] | undefined): Array<{ start: number; end: number }> {
   const v = Array.isArray(h) ? h[0] : h;
@@ -48,7 +49,7 @@ describe.each(['gzip', 'zstd'] as const)(
       const cache = await ChunkCache.open({ root: join(root, compression), minFreeBytes: 0 });
       const local = new MemoryLocalBytes(fx.blob.length);
       try {
-        const reader = await client.openBlob(parseReference(`${srv.host}/once/repo:t`), digest);
+        const reader = await client.openBlob(parseReference(`${srv.host}/once/repo:t`), parseDigest(digest));
         const big = fx.nodes.get('big')!;
         const layer = new LazyLayer({
           index: { ...fx.index, prefetch: { kind: 'landmark', end: big.chunks[3]!.compressedOffset } },

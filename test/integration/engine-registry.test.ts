@@ -18,6 +18,7 @@ import { FileRangeReader } from '../../src/util/range-reader.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { pushBlob } from './engine-helpers.js';
 import { SHARED } from '../helpers/shared.js';
+import { parseDigest } from '../../src/util/digest.js';
 
 const execFileAsync = promisify(execFile);
 const SAMPLES = `${SHARED}/samples/tiny`;
@@ -74,7 +75,7 @@ describe.each(CASES)('engine over the real registry: $name', (c) => {
     await local.close();
     const client = new RegistryClient({});
     const ref = parseReference(`${registry.host}/${repo}:latest`);
-    const reader = await client.openBlob(ref, digest, { size: blob.length });
+    const reader = await client.openBlob(ref, parseDigest(digest), { size: blob.length });
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const expected: Record<string, string> = {};
     try {

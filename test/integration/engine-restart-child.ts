@@ -10,6 +10,7 @@ import { openLayer } from '../../src/format/open-layer.js';
 import { LazyLayer, type BlobSource } from '../../src/layer/index.js';
 import { parseReference, RegistryClient, type BlobReader } from '../../src/registry/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
+import { parseDigest } from '../../src/util/digest.js';
 
 interface Args {
   root: string;
@@ -27,7 +28,7 @@ await local.close();
 const client = new RegistryClient({});
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
-  (reader ??= client.openBlob(parseReference(args.ref), args.digest, { size: index.blobSize }));
+  (reader ??= client.openBlob(parseReference(args.ref), parseDigest(args.digest), { size: index.blobSize }));
 const source: BlobSource = {
   size: index.blobSize,
   read: async (offset, length, signal) => (await open()).read(offset, length, signal),

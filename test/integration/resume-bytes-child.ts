@@ -15,6 +15,7 @@ import { openLayer } from '../../src/format/open-layer.js';
 import { FetchScheduler, LazyLayer, type BlobSource } from '../../src/layer/index.js';
 import { parseReference, RegistryClient, type BlobReader } from '../../src/registry/index.js';
 import { FileRangeReader } from '../../src/util/range-reader.js';
+import { parseDigest } from '../../src/util/digest.js';
 
 interface Args {
   root: string;
@@ -46,7 +47,7 @@ const store = await BlobStore.open({
 const client = new RegistryClient();
 let reader: Promise<BlobReader> | undefined;
 const open = (): Promise<BlobReader> =>
-  (reader ??= client.openBlob(parseReference(args.ref), args.digest, { size: index.blobSize }));
+  (reader ??= client.openBlob(parseReference(args.ref), parseDigest(args.digest), { size: index.blobSize }));
 
 let network = 0;
 let stop!: () => void;

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { coalesce, IntervalSet, type Interval } from '../../src/cache/interval-set.js';
+import { IntervalSet, type Interval } from '../../src/cache/interval-set.js';
 
 const N = 200;
 
@@ -69,30 +69,5 @@ describe('IntervalSet against a naive bitmap', () => {
       { start: 6, end: 20 },
     ]);
     expect(s.count).toBe(2);
-  });
-});
-
-describe('coalesce', () => {
-  it('merges gaps up to maxGap and cuts pieces at maxLength, covering exactly the merged span', () => {
-    fc.assert(
-      fc.property(
-        fc.array(range, { maxLength: 20 }),
-        fc.integer({ min: 0, max: 30 }),
-        fc.integer({ min: 1, max: 50 }),
-        (ranges, gap, maxLength) => {
-          const sorted = IntervalSet.from(ranges).intervals();
-          const merged = coalesce(sorted, gap);
-          // every input byte is in the output; gaps between outputs are > gap
-          const out = IntervalSet.from(merged);
-          for (const r of sorted) expect(out.covers(r.start, r.end)).toBe(true);
-          for (let i = 1; i < merged.length; i++)
-            expect(merged[i]!.start - merged[i - 1]!.end).toBeGreaterThan(gap);
-          const cut = coalesce(sorted, gap, maxLength);
-          for (const c of cut) expect(c.end - c.start).toBeLessThanOrEqual(maxLength);
-          expect(IntervalSet.from(cut).intervals()).toEqual(out.intervals());
-        },
-      ),
-      { numRuns: 300 },
-    );
   });
 });

@@ -1,14 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { BoundedMap } from '../../src/registry/bounded-map.js';
+import { Lru } from '../../src/util/lru.js';
 import { MemoryCredentialProvider, RegistryClient, parseReference } from '../../src/registry/index.js';
 import { startFaultServer, type FaultServer } from '../helpers/fault-server.js';
 import { sha256 } from '../helpers/push.js';
 
 /** Finding 3 (registry side): caches keyed by names a long-running node keeps seeing stay bounded. */
 describe('bounded name-keyed caches', () => {
-  it('BoundedMap drops the oldest beyond its bound and sweeps expired entries as new ones arrive', () => {
+  it('Lru drops the least recent beyond its bound and sweeps expired entries as new ones arrive', () => {
     let now = 1000;
-    const m = new BoundedMap<number>(100, () => now);
+    const m = new Lru<string, number>({ maxEntries: 100, now: () => now });
     for (let i = 0; i < 1000; i++) m.set(`k${i}`, i);
     expect(m.size).toBe(100);
     expect(m.get('k0')).toBeUndefined();
@@ -18,7 +18,7 @@ describe('bounded name-keyed caches', () => {
     for (let i = 0; i < 99; i++) m.set(`n${i}`, i);
     expect(m.get('k900')).toBe(1);
 
-    const e = new BoundedMap<number>(10_000, () => now);
+    const e = new Lru<string, number>({ maxEntries: 10_000, now: () => now });
     for (let i = 0; i < 5000; i++) {
       e.set(`t${i}`, i, now + 10);
       now += 1;

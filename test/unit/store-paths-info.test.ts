@@ -18,15 +18,20 @@ describe('ALS path parsing', () => {
   it('decodes base64 references (normalised) and digests', () => {
     // the example of als-client.md §2.1
     expect(b64('docker.io/library/alpine:latest')).toBe('ZG9ja2VyLmlvL2xpYnJhcnkvYWxwaW5lOmxhdGVzdA==');
-    expect(parseAlsPath('/ZG9ja2VyLmlvL2xpYnJhcnkvYWxwaW5lOmxhdGVzdA==')).toEqual({
-      kind: 'ref',
-      ref: 'docker.io/library/alpine:latest',
+    // the reference arrives parsed (an ImageRef), the digest checked
+    const top = parseAlsPath('/ZG9ja2VyLmlvL2xpYnJhcnkvYWxwaW5lOmxhdGVzdA==');
+    expect(top.kind).toBe('ref');
+    expect(top.kind === 'ref' && top.ref).toMatchObject({
+      registry: 'docker.io',
+      repository: 'library/alpine',
     });
-    expect(parseAlsPath(`/${b64('127.0.0.1:5000/a/b@' + D)}/${D}`)).toEqual({
-      kind: 'layer',
-      ref: `127.0.0.1:5000/a/b@${D}`,
-      digest: D,
-    });
+    expect(top.kind === 'ref' && top.ref.toString()).toBe('docker.io/library/alpine:latest');
+    const layer = parseAlsPath(`/${b64('127.0.0.1:5000/a/b@' + D)}/${D}`);
+    expect(layer).toMatchObject({ kind: 'layer', digest: D });
+    expect(layer.kind === 'layer' && layer.ref.toString()).toBe(`127.0.0.1:5000/a/b@${D}`);
+    // decoded once: the same name gives the same parsed reference object
+    const again = parseAlsPath(`/${b64('127.0.0.1:5000/a/b@' + D)}`);
+    expect(again.kind === 'ref' && layer.kind === 'layer' && again.ref === layer.ref).toBe(true);
     const R = b64('localhost:5000/x:1');
     expect(parseAlsPath(`/${R}/${D}/diff`)).toMatchObject({ kind: 'diff', sub: '' });
     expect(parseAlsPath(`/${R}/${D}/diff/usr/bin/sh`)).toMatchObject({ kind: 'diff', sub: 'usr/bin/sh' });

@@ -35,4 +35,18 @@ describe('SingleFlight', () => {
     const [x, y] = await Promise.all([sf.run('a', async () => 'A'), sf.run('b', async () => 'B')]);
     expect([x, y]).toEqual(['A', 'B']);
   });
+
+  it('lists the running calls (close waits for them)', async () => {
+    const sf = new SingleFlight<string, number>();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    void sf.run('a', async () => {
+      await gate;
+      return 1;
+    });
+    expect([...sf.values()]).toHaveLength(1);
+    release();
+    await Promise.all([...sf.values()]);
+    expect([...sf.values()]).toHaveLength(0);
+  });
 });

@@ -1,0 +1,45 @@
+import { describe, expect, it } from 'vitest';
+import { Lru } from '../../src/util/lru.js';
+
+describe('Lru', () => {
+  it('evicts the least recently used: a get refreshes, a peek does not', () => {
+    const m = new Lru<string, number>({ maxEntries: 3 });
+    m.set('a', 1);
+    m.set('b', 2);
+    m.set('c', 3);
+    expect(m.get('a')).toBe(1); // a is now the most recent
+    expect(m.peek('b')).toBe(2); // b stays the least recent
+    m.set('d', 4);
+    expect([...m.keys()]).toEqual(['c', 'a', 'd']);
+    expect(m.has('b')).toBe(false);
+  });
+
+  it('bounds the summed size and keeps it exact across replace and delete', () => {
+    const m = new Lru<string, Buffer>({ maxSize: 10, sizeOf: (b) => b.length });
+    m.set('x', Buffer.alloc(4));
+    m.set('y', Buffer.alloc(4));
+    m.set('x', Buffer.alloc(2)); // replace: 6 bytes, x newest
+    expect(m.totalSize).toBe(6);
+    m.set('z', Buffer.alloc(5)); // 11 > 10: y (least recent) goes
+    expect([...m.keys()]).toEqual(['x', 'z']);
+    expect(m.totalSize).toBe(7);
+    expect(m.delete('x')).toBe(true);
+    expect(m.totalSize).toBe(5);
+    m.clear();
+    expect(m.size).toBe(0);
+    expect(m.totalSize).toBe(0);
+  });
+
+  it('expires entries by the injected clock', () => {
+    let now = 0;
+    const m = new Lru<string, string>({ now: () => now });
+    m.set('t', 'v', 10);
+    m.set('forever', 'w');
+    now = 9;
+    expect(m.get('t')).toBe('v');
+    now = 10;
+    expect(m.get('t')).toBeUndefined();
+    expect(m.size).toBe(1);
+    expect(m.get('forever')).toBe('w');
+  });
+});
