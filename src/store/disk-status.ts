@@ -79,6 +79,8 @@ export function mergeStatus(live: LayerStatus[], disk: DiskLayerStatus[]): Layer
     const d = known.get(`${l.ref}\n${l.digest}`);
     if (d === undefined) return l;
     known.delete(`${l.ref}\n${l.digest}`);
+    // a use count restored for a layer not looked up since the start: the disk row, with that count
+    if (!l.lazy && l.reason === 'not resolved') return { ...d, refs: l.refs };
     if (!l.lazy) return l;
     const verified = l.verified || d.verified;
     return {

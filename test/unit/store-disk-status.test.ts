@@ -130,6 +130,18 @@ describe('status from the root', () => {
     ];
     const merged = mergeStatus(live, disk);
     expect(merged.map((r) => r.ref)).toEqual(['r/a:1', 'r/c:1', 'r/b:1']);
+    // a restored use count of a layer not looked up yet: the disk row with that count
+    const countOnly: LayerStatus = {
+      ref: 'r/b:1',
+      digest: d('2'),
+      lazy: false,
+      reason: 'not resolved',
+      bytesFetched: 0,
+      percent: 0,
+      verified: false,
+      refs: 3,
+    };
+    expect(mergeStatus([countOnly], disk)).toEqual([{ ...disk[1], refs: 3 }, disk[0]]);
     expect(merged[0]).toMatchObject({
       verified: true,
       percent: 100,
