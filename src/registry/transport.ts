@@ -17,6 +17,7 @@ import {
 } from './retry.js';
 import { abortedError, linkSignals, sleep } from '../util/abort.js';
 import { AttemptTimeout } from './signals.js';
+import { notFoundMessage } from './not-found.js';
 
 export type Headers = Record<string, string | string[] | undefined>;
 
@@ -403,18 +404,8 @@ export async function statusError(res: Response, ctx: ErrorContext): Promise<Sto
       return new StoreError('E_REGISTRY_UNAUTHORIZED', `registry refused access${detail}`, c);
     case 403:
       return new StoreError('E_REGISTRY_DENIED', `registry denied access${detail}`, c);
-    case 404: {
-      // name the image asked for: "manifest not found" alone leaves the operator guessing which one
-      const ref = typeof ctx.ref === 'string' ? ctx.ref : undefined;
-      const inner =
-        typeof ctx.reference === 'string' && !ref?.endsWith(ctx.reference) ? ctx.reference : undefined;
-      const of = ref !== undefined ? ` of ${ref}${inner !== undefined ? ` (${inner})` : ''}` : '';
-      return new StoreError(
-        'E_REGISTRY_NOT_FOUND',
-        `${String(ctx.what ?? 'object')}${of} not found${detail}`,
-        c,
-      );
-    }
+    case 404:
+      return new StoreError('E_REGISTRY_NOT_FOUND', notFoundMessage(ctx, detail), c);
     default:
       return new StoreError('E_REGISTRY_STATUS', `unexpected HTTP ${res.status}${detail}`, c);
   }

@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryClient } from '../../src/registry/index.js';
+import { notFoundMessage } from '../../src/registry/not-found.js';
 import { parseReference } from '../../src/registry/reference.js';
 import { StoreError } from '../../src/util/errors.js';
 
@@ -58,5 +59,16 @@ describe('registry 404 MANIFEST_UNKNOWN', () => {
     } finally {
       await client.close();
     }
+  });
+
+  it("an index's platform manifest names the ref and the digest asked for", () => {
+    const digest = `sha256:${'cd'.repeat(32)}`;
+    expect(
+      notFoundMessage(
+        { what: 'manifest', ref: 'r.example/app:v1', reference: digest },
+        ' (MANIFEST_UNKNOWN)',
+      ),
+    ).toBe(`manifest of r.example/app:v1 (${digest}) not found (MANIFEST_UNKNOWN)`);
+    expect(notFoundMessage({ what: 'blob' }, '')).toBe('blob not found');
   });
 });
