@@ -15,7 +15,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "Installing system packages (apt) and npm dependencies"
 bash scripts/install-deps.sh --all
-if [[ ! -d node_modules/fuse-native || ! -x node_modules/.bin/node ]]; then npm ci --no-audit --no-fund; fi
+if [[ ! -d node_modules/fuse-native || ! -x node_modules/.bin/node ]]; then bash scripts/npm-ci.sh --no-audit --no-fund; fi
 # The pinned Node 24 (node-linux-<arch>), whatever node the system has.
 NODE=$PWD/node_modules/.bin/node
 npm run build >/dev/null

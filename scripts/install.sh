@@ -69,9 +69,9 @@ CONFDIR=$SYSCONFDIR/stargz-store
 
 # The store runs on the Node pinned in package.json (node-linux-<arch>, installed by npm ci), never on
 # whatever `node` is first on PATH: the wrappers below exec that binary by absolute path.
-[[ -d $SRC/node_modules ]] || { echo "install.sh: run 'npm ci' in $SRC first" >&2; exit 1; }
+[[ -d $SRC/node_modules ]] || { echo "install.sh: run 'npm run setup' (npm ci on the pinned Node) in $SRC first" >&2; exit 1; }
 [[ -x $SRC/node_modules/.bin/node ]] || {
-  echo "install.sh: the pinned Node is missing ($SRC/node_modules/.bin/node): run 'npm ci' in $SRC" >&2
+  echo "install.sh: the pinned Node is missing ($SRC/node_modules/.bin/node): run 'npm run setup' in $SRC" >&2
   exit 1
 }
 command -v npm >/dev/null || { echo "install.sh: npm not found in PATH" >&2; exit 1; }

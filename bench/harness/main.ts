@@ -13,7 +13,8 @@ import { aborting, installSignalCleanup, runCleanups } from '../lib/cleanup.js';
 import { unmountUnder } from '../lib/mounts.js';
 import { removeStaleNamespaces } from '../lib/netns.js';
 import { PodmanEnv } from '../lib/podman.js';
-import { requireTools, run, say } from '../lib/proc.js';
+import { requireTools, run, say, setBeforeSay } from '../lib/proc.js';
+import { startProgress, wantsProgress } from '../../src/cli/progress.js';
 import { profileSource } from '../lib/profile.js';
 import { startBenchRegistry } from '../lib/registry-server.js';
 import { describeFlags, resolveLaunchFlags } from '../lib/store-flags.js';
@@ -283,6 +284,18 @@ async function main(): Promise<void> {
   }
 
   let seq = 0;
+  // one bar over all iterations, on a terminal stdout only (startProgress decides); log lines clear it
+  const bar = startProgress('bench iterations', {
+    stream: process.stdout,
+    total: o.networks.length * runs.length * modes.length * o.iterations,
+    unit: 'count',
+  });
+  if (wantsProgress(process.stdout)) setBeforeSay(() => process.stdout.write('\r\x1b[2K'));
+  const stopBar = (): void => {
+    bar.stop();
+    setBeforeSay(undefined);
+  };
+  let ran = 0;
   for (const net of o.networks) {
     const path = await openNetworkPath(net, o.shaper, {
       registry,
@@ -327,7 +340,7 @@ async function main(): Promise<void> {
               if (cell.iterations.length === 0) cell.skipped = storeFailures.get(m.store)!;
               continue;
             }
-            if (aborting()) return;
+            if (aborting()) return stopBar();
             const image = fo.find((x) => x.format === m.format)?.image;
             const r = await runIteration({
               ...(image ? { layers: image.layers } : {}),
@@ -342,7 +355,7 @@ async function main(): Promise<void> {
               failedLogDir: join(o.out, 'logs'),
             });
             // an iteration cut short by Ctrl-C is not a measurement
-            if (aborting()) return;
+            if (aborting()) return stopBar();
             cell.iterations.push(r);
             if (r.storeStartFailed && m.store && !storeFailures.has(m.store)) {
               // said once; the store's other cells are skipped instead of failing one by one
@@ -357,13 +370,18 @@ async function main(): Promise<void> {
                 : `${cell.image} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
             await writeOutputs(o, res);
+            bar.update(++ran);
           }
         }
       }
+    } catch (e) {
+      stopBar();
+      throw e;
     } finally {
       await path.close();
     }
   }
+  stopBar();
   res.complete = true;
   res.finishedAt = new Date().toISOString();
   res.durationS = (performance.now() - started) / 1000;

@@ -170,10 +170,17 @@ export function setQuiet(q: boolean): void {
   quiet = q;
 }
 
+/** Called before each line (a progress bar on the terminal clears its line so the two don't mix). */
+let beforeSay: (() => void) | undefined;
+export function setBeforeSay(fn: (() => void) | undefined): void {
+  beforeSay = fn;
+}
+
 /** Progress lines on stderr with elapsed seconds since start (stdout stays clean for results). */
 const t0 = performance.now();
 export function say(msg: string): void {
   if (quiet) return;
+  beforeSay?.();
   const s = ((performance.now() - t0) / 1000).toFixed(1).padStart(7);
   process.stderr.write(`[bench ${s}s] ${msg}\n`);
 }

@@ -43,6 +43,8 @@ export interface CheckOptions {
   running?: boolean;
   /** Chunk files hashed at once (default 4). */
   concurrency?: number;
+  /** Called after each chunk file is hashed (the long part of a check): a progress bar. */
+  onChunk?: (done: number, total: number) => void;
 }
 
 const HEX64 = /^[0-9a-f]{64}$/;
@@ -140,6 +142,7 @@ export async function checkChunkCache(root: string, report: CheckReport, opts: C
 
   const bad: Array<Omit<CheckProblem, 'repaired'>> = [];
   let next = 0;
+  let hashed = 0;
   const worker = async (): Promise<void> => {
     while (next < queue.length) {
       const { hex, file } = queue[next++]!;
@@ -161,6 +164,8 @@ export async function checkChunkCache(root: string, report: CheckReport, opts: C
           path: file,
           detail: `chunk sha256:${hex} cannot be read: ${(err as Error).message}`,
         });
+      } finally {
+        opts.onChunk?.(++hashed, queue.length);
       }
     }
   };

@@ -22,7 +22,8 @@ import {
 export interface BuiltStore {
   mount(mountpoint: string): Promise<{ unmount(): Promise<void> }>;
   addCredentials(map: CredentialMap): void | Promise<void>;
-  status(): unknown;
+  /** Every layer: the ones looked up since this start and those the root knows from earlier runs. */
+  status(): Promise<unknown>;
   close(): Promise<void>;
   /** Pinned image sets (resumed from <root>/pins.json at start-up). */
   pins?: PinManager;
@@ -102,7 +103,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
       addCredentials: (map) => {
         store.addCredentials(map);
       },
-      status: () => store.status(),
+      status: () => store.statusWithDisk(),
       close: async () => {
         await pins.close();
         await store.close();

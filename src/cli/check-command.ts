@@ -6,6 +6,7 @@ import type { StoreCheckResult } from '../store/check.js';
 import { StoreError } from '../util/errors.js';
 import { formatBytes } from '../util/format-bytes.js';
 import { controlRequest } from '../store/control-socket.js';
+import { startProgress, type ProgressStream } from './progress.js';
 
 /**
  * `stargz-store check [--root DIR] [--repair] [--json]`, with the store stopped: re-hashes every
@@ -19,6 +20,8 @@ export interface CheckCommandOptions {
   addr?: string;
   repair?: boolean;
   json?: boolean;
+  /** Where the chunk bar goes (default stderr; drawn only on a terminal, never with --json). */
+  progress?: ProgressStream;
 }
 
 export function formatCheck(r: StoreCheckResult): string {
@@ -58,7 +61,19 @@ export async function runCheck(o: CheckCommandOptions): Promise<{ code: number; 
     throw new StoreError('E_CONFIG', `--root ${o.root} is not a directory`, { path: o.root });
   }
   const { checkStoreRoot } = await import('../store/check.js');
-  const r = await checkStoreRoot(o.root, { repair: o.repair === true });
+  const bar = startProgress('check: chunks', {
+    stream: o.json === true ? { write: () => true } : (o.progress ?? process.stderr),
+    unit: 'count',
+  });
+  let r: StoreCheckResult;
+  try {
+    r = await checkStoreRoot(o.root, {
+      repair: o.repair === true,
+      onChunk: (done, total) => bar.update(done, total),
+    });
+  } finally {
+    bar.stop();
+  }
   const output = o.json === true ? `${JSON.stringify(r, null, 2)}\n` : formatCheck(r);
   return { code: r.clean ? 0 : 1, output };
 }

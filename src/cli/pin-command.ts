@@ -4,6 +4,7 @@ import { controlRequest, DEFAULT_CONTROL_SOCKET } from '../store/control-socket.
 import type { PinStatus } from '../store/pins.js';
 import { StoreError } from '../util/errors.js';
 import { formatBytes } from '../util/format-bytes.js';
+import { startMultiProgress, type ProgressStream } from './progress.js';
 
 /**
  * `stargz-store pin add|rm|list`: pinned image sets, managed by the running store over its control
@@ -16,11 +17,6 @@ export function parsePinFile(text: string): string[] {
     .split('\n')
     .map((l) => l.replace(/#.*$/, '').trim())
     .filter((l) => l !== '');
-}
-
-function bar(percent: number, width = 24): string {
-  const n = Math.max(0, Math.min(width, Math.round((percent / 100) * width)));
-  return `[${'#'.repeat(n)}${'.'.repeat(width - n)}]`;
 }
 
 export function formatPinList(pins: PinStatus[]): string {
@@ -55,18 +51,44 @@ async function list(addr: string): Promise<PinStatus[]> {
   return (resp.pins ?? []) as PinStatus[];
 }
 
-/** Follows the named pins until none is pending or fetching; returns the final states. */
+/**
+ * Follows the named pins until none is pending or fetching; returns the final states. `source` is
+ * the store's control socket, or (tests) a function that lists the pins.
+ */
 export async function waitForPins(
-  addr: string,
+  source: string | (() => Promise<PinStatus[]>),
   refs: string[],
   onProgress: (pins: PinStatus[]) => void,
   intervalMs = 500,
 ): Promise<PinStatus[]> {
+  const listPins = typeof source === 'string' ? () => list(source) : source;
   for (;;) {
-    const pins = (await list(addr)).filter((p) => refs.includes(p.ref));
+    const pins = (await listPins()).filter((p) => refs.includes(p.ref));
     onProgress(pins);
     if (pins.every((p) => p.state === 'pinned' || p.state === 'failed')) return pins;
     await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** `pin add --wait`: one bar per image on a terminal `stream`, quiet otherwise. */
+export async function waitForPinsWithProgress(
+  source: string | (() => Promise<PinStatus[]>),
+  refs: string[],
+  stream: ProgressStream,
+  intervalMs = 500,
+): Promise<PinStatus[]> {
+  const bars = startMultiProgress({ stream });
+  try {
+    return await waitForPins(
+      source,
+      refs,
+      (ps) => {
+        for (const p of ps) bars.set(p.ref, p.bytesFetched, p.totalBytes, p.state);
+      },
+      intervalMs,
+    );
+  } finally {
+    bars.stop();
   }
 }
 
@@ -95,18 +117,9 @@ export function registerPinCommands(program: Command): void {
       );
       let pins = resp.pins as PinStatus[];
       if (o.wait === true) {
-        const tty = process.stderr.isTTY;
-        let drawn = 0;
-        pins = await waitForPins(o.addr, refs, (ps) => {
-          if (!tty || o.json === true) return;
-          if (drawn > 0) process.stderr.write(`\x1b[${drawn}A`);
-          for (const p of ps) {
-            process.stderr.write(
-              `\x1b[2K${bar(p.percent)} ${p.percent.toFixed(1).padStart(5)}% ${formatBytes(p.bytesFetched)}/${formatBytes(p.totalBytes)} ${p.state} ${p.ref}\n`,
-            );
-          }
-          drawn = ps.length;
-        });
+        // --json is for scripts: no bars even on a terminal
+        const stream: ProgressStream = o.json === true ? { write: () => true } : process.stderr;
+        pins = await waitForPinsWithProgress(o.addr, refs, stream);
       }
       process.stdout.write(o.json === true ? `${JSON.stringify(pins, null, 2)}\n` : formatPinList(pins));
       if (o.wait === true && pins.some((p) => p.state === 'failed')) process.exitCode = 1;

@@ -298,12 +298,12 @@ export async function runServe(
             running: true,
             concurrency: 1,
           }),
-        status: () => ({
+        status: async () => ({
           pid: process.pid,
           mountpoint: config.mountpoint,
           root: config.root,
           startedAt,
-          layers: store.status(),
+          layers: await store.status(),
         }),
       },
       { logger },

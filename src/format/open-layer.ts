@@ -128,7 +128,17 @@ async function readEStargzToc(
   blobSize: number,
   maxTocBytes: number,
 ): Promise<TocBytes> {
-  const { tocOffset, footerSize } = await findEStargzFooter(footerArea);
+  const { tocOffset, footerSize } = await findEStargzFooter(footerArea).catch((err: unknown) => {
+    if (!(err instanceof StoreError) || err.code !== 'E_BAD_FOOTER') throw err;
+    // Neither footer: name both formats tried. A truncated zstd:chunked blob (its footer cut off)
+    // lands here too, and an eStargz-only message would send the operator the wrong way.
+    throw new StoreError(
+      'E_BAD_FOOTER',
+      `not eStargz (${err.message}) and not zstd:chunked (no zstd:chunked footer magic at the end of the blob)`,
+      err.context,
+      { cause: err },
+    );
+  });
   const footerStart = blobSize - footerSize;
   if (tocOffset >= footerStart) {
     throw new StoreError('E_BAD_FOOTER', `TOC offset ${tocOffset} is not inside the blob`, {

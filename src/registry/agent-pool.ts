@@ -69,6 +69,9 @@ async function makeAgent(ep: Endpoint): Promise<Dispatcher> {
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 120_000,
     connections: 32,
+    // undici 8 negotiates HTTP/2 over TLS by default; the pool sizes and keep-alive choices here
+    // were measured on HTTP/1.1 connections
+    allowH2: false,
     // our own signals bound each attempt; these are only a safety net
     headersTimeout: 0,
     bodyTimeout: 0,

@@ -1,6 +1,7 @@
 import type { Dispatcher } from 'undici';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { networkErrorCode } from './retry.js';
+import { notFoundMessage } from './not-found.js';
 import type { Response } from './transport.js';
 
 /** Reading registry answers: bodies with a size cap, error pages, and their typed errors. */
@@ -95,7 +96,7 @@ export async function statusError(res: Response, ctx: ErrorContext): Promise<Sto
     case 403:
       return new StoreError('E_REGISTRY_DENIED', `registry denied access${detail}`, c);
     case 404:
-      return new StoreError('E_REGISTRY_NOT_FOUND', `${String(ctx.what ?? 'object')} not found${detail}`, c);
+      return new StoreError('E_REGISTRY_NOT_FOUND', notFoundMessage(ctx, detail), c);
     default:
       return new StoreError('E_REGISTRY_STATUS', `unexpected HTTP ${res.status}${detail}`, c);
   }

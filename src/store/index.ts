@@ -13,6 +13,7 @@
  * - `clearStaleMount(path): Promise<'none' | 'cleared' | 'live'>`, `isMountpoint(path)`,
  *   `unmountPath(path)`.
  */
+import { heldBlobBytes } from './disk-status.js';
 import { mkdir } from 'node:fs/promises';
 import type { BlobStore } from '../cache/blob-store.js';
 import type { ChunkCache } from '../cache/chunk-cache.js';
@@ -97,6 +98,8 @@ export function createLayerStore(opts: CreateLayerStoreOptions): LayerStore {
     opts.readAhead ?? (cache ? fitToMemory(DEFAULT_READ_AHEAD, cache.memoryLimit) : undefined);
   return new LayerStore({
     ...rest,
+    ...(layer?.stateDir !== undefined && rest.stateDir === undefined ? { stateDir: layer.stateDir } : {}),
+    ...(blobs !== undefined && rest.coverage === undefined ? { coverage: heldBlobBytes(blobs) } : {}),
     registry,
     openLayer: opts.openLayer ?? defaultOpenLayer,
     createLayer,

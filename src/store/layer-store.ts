@@ -12,6 +12,8 @@ import { holdResolved } from './pins-hold.js';
 import type { HeldLayer } from './pins.js';
 import { parseReference } from '../registry/reference.js';
 import { parseDigest } from '../util/digest.js';
+import { LayerRefsWriter, loadLayerRefs } from './layer-refs.js';
+import { diskLayerRows, mergeStatus } from './disk-status.js';
 
 /** One line of `stargz-store status`. */
 export interface LayerStatus {
@@ -26,6 +28,8 @@ export interface LayerStatus {
   /** Why not lazy (or 'resolving'). */
   reason?: string;
   bytesFetched: number;
+  /** Compressed blob size, when known (from the layer's record on disk). */
+  totalBytes?: number;
   percent: number;
   verified: boolean;
   lastError?: string;
@@ -67,6 +71,10 @@ export interface LayerStoreOptions {
   readAhead?: Partial<ReadAheadPolicy> | false;
   /** Record first opens of diff files (`[debug] record_accesses`); the store closes (flushes) it in close(). */
   accessLog?: AccessLog;
+  /** Where layers keep their verified-DiffID state (status after a restart reads it). */
+  stateDir?: string;
+  /** Compressed bytes held locally for a blob (status of an unverified layer after a restart). */
+  coverage?: (blobDigest: string) => Promise<number | undefined>;
 }
 
 /** @deprecated name kept for imports; the store has one options object. */
@@ -88,9 +96,21 @@ export class LayerStore {
   private readonly resolver: LayerResolver;
   private readonly refcounts = new Map<string, { ref: string; digest: string; n: number }>();
   private readonly log: Logger;
+  /** Use counts survive a restart (layer-refs.ts); loaded once, added to any counted meanwhile. */
+  private readonly refsWriter: LayerRefsWriter;
+  private readonly refsLoaded: Promise<void>;
 
   constructor(private readonly o: LayerStoreOptions) {
     this.log = o.logger ?? silentLogger;
+    this.refsWriter = new LayerRefsWriter(o.root, this.log);
+    this.refsLoaded = loadLayerRefs(o.root).then((saved) => {
+      for (const e of saved) {
+        const key = `${e.ref}\n${e.digest}`;
+        const c = this.refcounts.get(key) ?? { ref: e.ref, digest: e.digest, n: 0 };
+        c.n += e.n;
+        this.refcounts.set(key, c);
+      }
+    });
     const deadlines = { ...DEFAULT_DEADLINES, ...o.deadlines };
     // the FUSE limit must leave the store's own deadlines room to answer first
     if (o.deadlines?.fuseMs === undefined) {
@@ -129,6 +149,7 @@ export class LayerStore {
     c.n++;
     this.refcounts.set(key, c);
     this.log.info({ ref, digest, refs: c.n }, 'layer marked as in use');
+    this.saveRefs();
   }
 
   private release(ref: string, digest: string): void {
@@ -140,6 +161,23 @@ export class LayerStore {
     // At zero only the count goes: the layer stays resolvable (from its record) for later lookups
     // and c/storage paths, and is closed once idle.
     if (c && c.n === 0) this.refcounts.delete(key);
+    if (c) this.saveRefs();
+  }
+
+  private saveRefs(): void {
+    void this.refsLoaded.then(() => this.refsWriter.save([...this.refcounts.values()]));
+  }
+
+  /** status() plus what the root knows of layers not looked up since this start (disk-status.ts). */
+  async statusWithDisk(): Promise<LayerStatus[]> {
+    await this.refsLoaded;
+    const disk = await diskLayerRows({
+      root: this.o.root,
+      ...(this.o.stateDir !== undefined ? { stateDir: this.o.stateDir } : {}),
+      ...(this.o.coverage !== undefined ? { coverage: this.o.coverage } : {}),
+      refs: (r, d) => this.refs(r, d),
+    });
+    return mergeStatus(this.status(), disk);
   }
 
   /** Reference count of one (ref, digest), as signalled by use/rmdir. */
@@ -225,6 +263,7 @@ export class LayerStore {
     try {
       await this.resolver.close();
     } finally {
+      await this.refsWriter.flush();
       await this.o.accessLog?.close();
     }
   }

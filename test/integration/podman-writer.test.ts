@@ -71,7 +71,8 @@ async function layers(encoding: LayerEncoding): Promise<EncodedLayer[]> {
   return l;
 }
 
-describe.sequential('Podman pulls and runs images built with our writer', () => {
+// tests in a file run one after another (vitest 5 has no describe.sequential: it is the default)
+describe('Podman pulls and runs images built with our writer', () => {
   it.each(['estargz', 'zstd:chunked', 'gzip'] as const)(
     '%s: push, pull, run sha256sum',
     async (encoding) => {

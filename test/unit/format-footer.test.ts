@@ -147,6 +147,23 @@ describe('zstd:chunked footers', () => {
   });
 });
 
+describe('a truncated zstd:chunked blob', () => {
+  test('the error names both formats tried', async () => {
+    const { buf } = await loadBlob(VECTOR_B);
+    // the footer is cut off: no format's footer is left at the end
+    for (const cut of [1, 30, 200]) {
+      const err = await openLayer(new BufferRangeReader(buf.subarray(0, buf.length - cut))).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as StoreError).code).toBe('E_BAD_FOOTER');
+      expect((err as StoreError).message).toMatch(/^not eStargz \(.+\) and not zstd:chunked \(.+\)$/);
+      expect((err as StoreError).message).not.toContain('\n');
+    }
+  });
+});
+
 describe('not a lazy layer', () => {
   test('plain gzip and plain bytes are E_BAD_FOOTER; tiny blobs too', async () => {
     const dir = join(SAMPLES_TINY, 'gzip');
