@@ -71,6 +71,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
+    await (await import('../store/leftover-temps.js')).removeLeftoverTemps(config.root, logger);
     cache = await ChunkCache.open(chunkCacheOptions(config, logger));
     // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
     blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
