@@ -6,6 +6,7 @@ import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { coalesce, type Span } from './ranges.js';
 import type { Priority, SpanFetcher } from './span-fetcher.js';
+import { allAborted, Waiters } from './waiters.js';
 
 export interface LoaderContext {
   fetcher: SpanFetcher;
@@ -27,7 +28,10 @@ export interface LoaderContext {
   onVerified(chunk: Chunk): void;
 }
 
-/** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
+/**
+ * How a load is run: its priority tier and an optional signal (the caller gave up: a fetch that
+ * nobody else waits for stops).
+ */
 export interface LoadOptions {
   priority?: Exclude<Priority, 'background'>;
   signal?: AbortSignal;
@@ -38,6 +42,7 @@ interface Pending {
   resolve: (b: Buffer) => void;
   reject: (e: unknown) => void;
   settled: boolean;
+  waiters: Waiters;
 }
 
 /**
@@ -58,6 +63,7 @@ interface PendingSpan extends Span {
  */
 export class ChunkLoader {
   private readonly inflight = new Map<string, Promise<Buffer>>();
+  private readonly waiting = new WeakMap<Promise<Buffer>, Waiters>();
 
   constructor(private readonly ctx: LoaderContext) {}
 
@@ -88,7 +94,7 @@ export class ChunkLoader {
     const results: Array<ChunkBytes | Promise<ChunkBytes>> = [];
     const mine = new Map<string, Pending>();
     try {
-      for (const c of chunks) results.push(this.request(c, mine, context));
+      for (const c of chunks) results.push(this.request(c, mine, context, opts.signal));
     } catch (err) {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
@@ -105,6 +111,7 @@ export class ChunkLoader {
     c: Chunk,
     mine: Map<string, Pending>,
     context: ErrorContext | undefined,
+    signal?: AbortSignal,
   ): ChunkBytes | Promise<ChunkBytes> {
     if (c.zeros) return this.zeros(c, context);
     if (!isValidDigest(c.digest)) {
@@ -116,16 +123,25 @@ export class ChunkLoader {
       return this.sized(mem, c);
     }
     const shared = this.inflight.get(c.digest);
-    if (shared !== undefined) return shared.then((b) => this.sized(b, c));
+    if (shared !== undefined) {
+      this.waiting.get(shared)?.add(signal);
+      return shared.then((b) => this.sized(b, c));
+    }
     let resolve!: (b: Buffer) => void;
     let reject!: (e: unknown) => void;
     const p = new Promise<Buffer>((res, rej) => {
       resolve = res;
       reject = rej;
     });
+    const forget = (): void => {
+      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
+    };
+    // everyone gave up: later reads must not join a fetch that may be stuck
+    const waiters = new Waiters(forget);
     const entry: Pending = {
       chunk: c,
       settled: false,
+      waiters,
       resolve: (b) => {
         entry.settled = true;
         resolve(b);
@@ -136,10 +152,13 @@ export class ChunkLoader {
       },
     };
     const settle = (): void => {
-      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
+      waiters.done();
+      forget();
     };
     p.then(settle, settle);
     this.inflight.set(c.digest, p);
+    this.waiting.set(p, waiters);
+    waiters.add(signal);
     mine.set(c.digest, entry);
     return p.then((b) => this.sized(b, c));
   }
@@ -238,9 +257,11 @@ export class ChunkLoader {
     if (spans.size === 0) return;
     const gap = priority === 'prefetch' ? this.ctx.prefetchMaxGap : this.ctx.maxGap;
     const ranges = coalesce([...spans.values()], gap);
+    // the request stops once every waiter of every chunk in it has given up
+    const signal = allAborted([...spans.values()].flatMap((s) => s.entries.map((e) => e.waiters.abandoned)));
     const bufs = await this.ctx.fetcher.fetch(
       ranges.map((r) => ({ offset: r.offset, length: r.length })),
-      { priority },
+      { priority, signal },
     );
     const decodes: Array<Promise<void>> = [];
     ranges.forEach((r, i) => {
