@@ -182,7 +182,8 @@ export class LazyLayer {
     const mem = this.loader.tryMemory(chunks);
     if (mem !== undefined) return assemble(node, chunks, mem, offset, end, this.context);
     const ctx = { ...this.context, path: node.path, offset };
-    // aborted when this read gives up (deadline, interrupt): a fetch nobody else waits for stops
+    // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
+    // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
     const gaveUp = new AbortController();
     const work = this.loader.load(chunks, { path: node.path }, { signal: gaveUp.signal }).then((bufs) => {
       if (this.badError !== undefined) throw this.badError;
@@ -196,7 +197,7 @@ export class LazyLayer {
       });
     } catch (err) {
       const e = asStoreError(err, 'E_IO', ctx);
-      gaveUp.abort(e);
+      if (e.code === 'E_DEADLINE' || e.code === 'E_ABORTED') gaveUp.abort(e);
       this.lastError = `${e.code}: ${e.message}`;
       throw e;
     }

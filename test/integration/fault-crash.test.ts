@@ -189,7 +189,9 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
     const mnt = join(dir, name, 'mnt');
     await mkdir(mnt, { recursive: true });
     mounts.push(mnt);
+    const t0 = Date.now();
     const crashing = await startStore(name, root, mnt, config, crashAt);
+    const tStarted = Date.now();
     const diff = join(mnt, b64(ref), digest, 'diff');
     // the reader sees the store die under it: its result is whatever the dead mount answers
     const driving = drive(diff).catch(() => undefined);
@@ -199,6 +201,7 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
       signal: 'SIGKILL',
     });
     faults++;
+    const tCrashed = Date.now();
     await driving;
     // a dead mount: the kernel answers ENOTCONN until the next start clears it
     const dead = await stat(mnt).then(
@@ -213,6 +216,7 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
     }
 
     const again = await startStore(name, root, mnt, LAZY);
+    const tRestarted = Date.now();
     await checkAllFiles(mnt);
     await opts.after?.(mnt);
     again.child.kill('SIGTERM');
@@ -220,6 +224,10 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
     const check = await storeCheck(root);
     expect(check.out).toMatch(/: clean/);
     expect(check.code, check.out).toBe(0);
+    console.log(
+      `crash ${crashAt}: start ${tStarted - t0} ms, killed after ${tCrashed - tStarted} ms, ` +
+        `restart ${tRestarted - tCrashed} ms, reads + checks ${Date.now() - tRestarted} ms`,
+    );
   }
 
   const readSome = (diff: string) =>
