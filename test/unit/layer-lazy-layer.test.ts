@@ -232,45 +232,6 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(source.requestCount).toBe(2);
   });
 
-  it('rejects with E_DEADLINE when the source is slow; a fetch every reader gave up on is aborted', async () => {
-    const fx = buildFixture(mixedSpecs(chunkSize), compression);
-    const source = new TestSource(fx.blob);
-    const signals: AbortSignal[] = [];
-    const readRanges = source.readRanges.bind(source);
-    source.readRanges = (ranges, o) => {
-      signals.push(o.signal!);
-      return readRanges(ranges, o);
-    };
-    let release!: () => void;
-    source.gate = new Promise((r) => (release = r));
-    const layer = makeLayer(fx, source, { deadlineMs: 100 });
-    const big = node(fx, 'big');
-    const want = fx.files.get('big')!.subarray(0, 10);
-    await expect(layer.read(big, 0, 10)).rejects.toMatchObject({ code: 'E_DEADLINE' });
-    await expect(layer.read(big, 0, 10, { deadlineMs: 20 })).rejects.toMatchObject({ code: 'E_DEADLINE' });
-    const ac = new AbortController();
-    const aborted = layer.read(big, 0, 10, { signal: ac.signal });
-    ac.abort();
-    await expect(aborted).rejects.toMatchObject({ code: 'E_ABORTED' });
-    // nobody waits any more: every request stopped (a hung registry would hold it until its
-    // timeout), and no later read joins one of them
-    expect(signals.length).toBeGreaterThan(0);
-    await vi.waitFor(() => expect(signals.every((sig) => sig.aborted)).toBe(true));
-    // while one reader still waits, another giving up does not stop the shared request
-    const patient = layer.read(big, 0, 10, { deadlineMs: 60_000 });
-    await expect(layer.read(big, 0, 10, { deadlineMs: 20 })).rejects.toMatchObject({ code: 'E_DEADLINE' });
-    const n = signals.length;
-    expect(signals[n - 1]!.aborted).toBe(false);
-    release();
-    source.gate = undefined;
-    expect((await patient).equals(want)).toBe(true);
-    expect(signals).toHaveLength(n);
-    // cached now: no further request
-    const requests = source.requestCount;
-    expect((await layer.read(big, 0, 10)).equals(want)).toBe(true);
-    expect(source.requestCount).toBe(requests);
-  });
-
   it('a corrupted cache file is detected and the chunk refetched, never served', async () => {
     const fx = buildFixture(mixedSpecs(chunkSize), compression);
     const source = new TestSource(fx.blob);
