@@ -6,7 +6,7 @@ import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { coalesce, type Span } from './ranges.js';
 import type { Priority, SpanFetcher } from './span-fetcher.js';
-import { allAborted, Waiters } from './waiters.js';
+import { allAborted, Interest, Waiters } from './waiters.js';
 
 export interface LoaderContext {
   fetcher: SpanFetcher;
@@ -28,13 +28,16 @@ export interface LoaderContext {
   onVerified(chunk: Chunk): void;
 }
 
-/**
- * How a load is run: its priority tier and an optional signal (the caller gave up: a fetch that
- * nobody else waits for stops).
- */
+/** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
 export interface LoadOptions {
   priority?: Exclude<Priority, 'background'>;
   signal?: AbortSignal;
+  /**
+   * The caller stops waiting (a read's deadline or interrupt): a chunk every waiter gave up on
+   * leaves the single-flight table and its fetch is aborted. Without it the caller waits for good
+   * (read-ahead and prefetch: their fetches complete and fill the cache).
+   */
+  giveUp?: AbortSignal;
 }
 
 interface Pending {
@@ -93,8 +96,9 @@ export class ChunkLoader {
   load(chunks: readonly Chunk[], context?: ErrorContext, opts: LoadOptions = {}): Promise<ChunkBytes[]> {
     const results: Array<ChunkBytes | Promise<ChunkBytes>> = [];
     const mine = new Map<string, Pending>();
+    const interest = new Interest(opts.giveUp);
     try {
-      for (const c of chunks) results.push(this.request(c, mine, context, opts.signal));
+      for (const c of chunks) results.push(this.request(c, mine, context, interest));
     } catch (err) {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
@@ -102,6 +106,7 @@ export class ChunkLoader {
       if (mine.size > 0) void this.resolve([...mine.values()], opts);
     }
     const all = Promise.all(results);
+    void Promise.allSettled(results).then(() => interest.done());
     // Only the first rejection is reported; later ones must not surface as unhandled.
     for (const r of results) if (r instanceof Promise) r.catch(() => undefined);
     return all;
@@ -111,7 +116,7 @@ export class ChunkLoader {
     c: Chunk,
     mine: Map<string, Pending>,
     context: ErrorContext | undefined,
-    signal?: AbortSignal,
+    interest: Interest,
   ): ChunkBytes | Promise<ChunkBytes> {
     if (c.zeros) return this.zeros(c, context);
     if (!isValidDigest(c.digest)) {
@@ -124,7 +129,8 @@ export class ChunkLoader {
     }
     const shared = this.inflight.get(c.digest);
     if (shared !== undefined) {
-      this.waiting.get(shared)?.add(signal);
+      const w = this.waiting.get(shared);
+      if (w !== undefined) interest.wait(w);
       return shared.then((b) => this.sized(b, c));
     }
     let resolve!: (b: Buffer) => void;
@@ -151,14 +157,10 @@ export class ChunkLoader {
         reject(e);
       },
     };
-    const settle = (): void => {
-      waiters.done();
-      forget();
-    };
-    p.then(settle, settle);
+    p.then(forget, forget);
     this.inflight.set(c.digest, p);
     this.waiting.set(p, waiters);
-    waiters.add(signal);
+    interest.wait(waiters);
     mine.set(c.digest, entry);
     return p.then((b) => this.sized(b, c));
   }

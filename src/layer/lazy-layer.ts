@@ -185,7 +185,7 @@ export class LazyLayer {
     // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
     // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
     const gaveUp = new AbortController();
-    const work = this.loader.load(chunks, { path: node.path }, { signal: gaveUp.signal }).then((bufs) => {
+    const work = this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal }).then((bufs) => {
       if (this.badError !== undefined) throw this.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });

@@ -1,14 +1,15 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { allAborted, Waiters } from '../../src/layer/waiters.js';
+import { allAborted, Interest, Waiters } from '../../src/layer/waiters.js';
 
-describe('Waiters (who still waits for a shared fetch)', () => {
-  it('is abandoned when the last waiter with a signal gives up, once, and stops listening', () => {
+describe('Waiters / Interest (who still waits for a shared fetch)', () => {
+  it('is abandoned when the last waiter gives up, once', () => {
     let calls = 0;
     const w = new Waiters(() => calls++);
     const a = new AbortController();
     const b = new AbortController();
-    w.add(a.signal);
-    w.add(b.signal);
+    new Interest(a.signal).wait(w);
+    new Interest(b.signal).wait(w);
     a.abort(new Error('a gave up'));
     expect(w.abandoned.aborted).toBe(false);
     b.abort(new Error('b gave up'));
@@ -16,30 +17,36 @@ describe('Waiters (who still waits for a shared fetch)', () => {
     expect((w.abandoned.reason as Error).message).toBe('b gave up');
     expect(calls).toBe(1);
     // a late joiner changes nothing
-    w.add(new AbortController().signal);
+    new Interest(new AbortController().signal).wait(w);
+    const leave = w.join();
+    leave();
     expect(calls).toBe(1);
   });
 
-  it('a waiter without a signal waits for good; a waiter arriving already aborted counts as gone', () => {
+  it('a caller without a signal waits for good; one arriving already aborted counts as gone', () => {
     const forGood = new Waiters();
     const a = new AbortController();
-    forGood.add(a.signal);
-    forGood.add(undefined);
+    new Interest(a.signal).wait(forGood);
+    new Interest(undefined).wait(forGood);
     a.abort();
     expect(forGood.abandoned.aborted).toBe(false);
 
     const gone = new Waiters();
-    gone.add(AbortSignal.abort());
+    new Interest(AbortSignal.abort()).wait(gone);
     expect(gone.abandoned.aborted).toBe(true);
   });
 
-  it('done() removes its listeners: a settled fetch is never abandoned afterwards', () => {
-    const w = new Waiters();
+  it('one listener per caller however many chunks it waits for; done() removes it', () => {
     const a = new AbortController();
-    w.add(a.signal);
-    w.done();
+    const interest = new Interest(a.signal);
+    const all = Array.from({ length: 1000 }, () => new Waiters());
+    for (const w of all) interest.wait(w);
+    expect(getEventListeners(a.signal, 'abort')).toHaveLength(1);
+    interest.done();
+    expect(getEventListeners(a.signal, 'abort')).toHaveLength(0);
+    // settled work is never abandoned afterwards
     a.abort();
-    expect(w.abandoned.aborted).toBe(false);
+    expect(all.some((w) => w.abandoned.aborted)).toBe(false);
   });
 
   it('allAborted fires only once every signal has', () => {
