@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, rename, statfs, unlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { crashPoint } from '../util/crash-points.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { WriteFaults } from '../util/write-faults.js';
@@ -258,6 +259,7 @@ export class ChunkCache {
         this.knownDirs.add(dir);
       }
       await writeFile(tmp, data, { mode: 0o600, flag: 'wx' });
+      crashPoint('chunk-write');
       await rename(tmp, this.paths.chunkFile(hex));
       this.index.add(hex, bytes);
       this.counters.writes++;

@@ -72,7 +72,12 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
   let accessLog: AccessLog | undefined;
   try {
     if (config.recordAccesses !== '') accessLog = await AccessLog.toFile(config.recordAccesses, { logger });
+    await (await import('../store/leftover-temps.js')).removeLeftoverTemps(config.root, logger);
+    const { holdStartPins, pinnedChunksOnDisk } = await import('../store/pinned-chunks.js');
+    const startPins = await pinnedChunksOnDisk(config.root, logger);
     cache = await ChunkCache.open(chunkCacheOptions(config, logger));
+    // pinned chunks survive the start-up trim until their pins are held again
+    const releaseStartPins = holdStartPins(cache, startPins);
     // compressed bytes kept until each layer is verified: a restart resumes, nothing is fetched twice
     blobs = await BlobStore.open({ root: config.root, budget: chunkCacheBudget(cache), logger });
     const tuning = layerStoreOptions(config);
@@ -92,6 +97,7 @@ export async function buildStore(config: StoreConfig, logger: Logger): Promise<B
     const pins = createPinManager({ root: config.root, registry, store, logger });
     // a damaged pins.json must not keep the node's store down: named in the log, pins start empty
     await pins.load().catch((err: unknown) => logger.error({ err: asStoreError(err) }, 'pins not loaded'));
+    void pins.idle().finally(releaseStartPins);
     setMetricSources({
       cache: () => c.stats(),
       layers: () => layerStateCounts(store.status()),

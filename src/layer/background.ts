@@ -1,6 +1,7 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
+import { crashPoint } from '../util/crash-points.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
 import { StreamDigest } from './diffid.js';
@@ -141,6 +142,7 @@ async function decodeUnit(
     else group.push(c);
   }
   for (const group of groups.values()) {
+    crashPoint('background-unit');
     const first = group[0]!;
     const span = buf.subarray(first.compressedOffset - unit.offset, first.compressedEnd - unit.offset);
     let results: Array<Buffer | StoreError>;

@@ -6,6 +6,7 @@ import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { coalesce, type Span } from './ranges.js';
 import type { Priority, SpanFetcher } from './span-fetcher.js';
+import { allAborted, Interest, Waiters } from './waiters.js';
 
 export interface LoaderContext {
   fetcher: SpanFetcher;
@@ -31,6 +32,12 @@ export interface LoaderContext {
 export interface LoadOptions {
   priority?: Exclude<Priority, 'background'>;
   signal?: AbortSignal;
+  /**
+   * The caller stops waiting (a read's deadline or interrupt): a chunk every waiter gave up on
+   * leaves the single-flight table and its fetch is aborted. Without it the caller waits for good
+   * (read-ahead and prefetch: their fetches complete and fill the cache).
+   */
+  giveUp?: AbortSignal;
 }
 
 interface Pending {
@@ -38,6 +45,7 @@ interface Pending {
   resolve: (b: Buffer) => void;
   reject: (e: unknown) => void;
   settled: boolean;
+  waiters: Waiters;
 }
 
 /**
@@ -58,6 +66,7 @@ interface PendingSpan extends Span {
  */
 export class ChunkLoader {
   private readonly inflight = new Map<string, Promise<Buffer>>();
+  private readonly waiting = new WeakMap<Promise<Buffer>, Waiters>();
 
   constructor(private readonly ctx: LoaderContext) {}
 
@@ -87,8 +96,9 @@ export class ChunkLoader {
   load(chunks: readonly Chunk[], context?: ErrorContext, opts: LoadOptions = {}): Promise<ChunkBytes[]> {
     const results: Array<ChunkBytes | Promise<ChunkBytes>> = [];
     const mine = new Map<string, Pending>();
+    const interest = new Interest(opts.giveUp);
     try {
-      for (const c of chunks) results.push(this.request(c, mine, context));
+      for (const c of chunks) results.push(this.request(c, mine, context, interest));
     } catch (err) {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
@@ -96,6 +106,7 @@ export class ChunkLoader {
       if (mine.size > 0) void this.resolve([...mine.values()], opts);
     }
     const all = Promise.all(results);
+    void Promise.allSettled(results).then(() => interest.done());
     // Only the first rejection is reported; later ones must not surface as unhandled.
     for (const r of results) if (r instanceof Promise) r.catch(() => undefined);
     return all;
@@ -105,6 +116,7 @@ export class ChunkLoader {
     c: Chunk,
     mine: Map<string, Pending>,
     context: ErrorContext | undefined,
+    interest: Interest,
   ): ChunkBytes | Promise<ChunkBytes> {
     if (c.zeros) return this.zeros(c, context);
     if (!isSha256Digest(c.digest)) {
@@ -116,16 +128,26 @@ export class ChunkLoader {
       return this.sized(mem, c);
     }
     const shared = this.inflight.get(c.digest);
-    if (shared !== undefined) return shared.then((b) => this.sized(b, c));
+    if (shared !== undefined) {
+      const w = this.waiting.get(shared);
+      if (w !== undefined) interest.wait(w);
+      return shared.then((b) => this.sized(b, c));
+    }
     let resolve!: (b: Buffer) => void;
     let reject!: (e: unknown) => void;
     const p = new Promise<Buffer>((res, rej) => {
       resolve = res;
       reject = rej;
     });
+    const forget = (): void => {
+      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
+    };
+    // everyone gave up: later reads must not join a fetch that may be stuck
+    const waiters = new Waiters(forget);
     const entry: Pending = {
       chunk: c,
       settled: false,
+      waiters,
       resolve: (b) => {
         entry.settled = true;
         resolve(b);
@@ -135,11 +157,10 @@ export class ChunkLoader {
         reject(e);
       },
     };
-    const settle = (): void => {
-      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
-    };
-    p.then(settle, settle);
+    p.then(forget, forget);
     this.inflight.set(c.digest, p);
+    this.waiting.set(p, waiters);
+    interest.wait(waiters);
     mine.set(c.digest, entry);
     return p.then((b) => this.sized(b, c));
   }
@@ -238,9 +259,11 @@ export class ChunkLoader {
     if (spans.size === 0) return;
     const gap = priority === 'prefetch' ? this.ctx.prefetchMaxGap : this.ctx.maxGap;
     const ranges = coalesce([...spans.values()], gap);
+    // the request stops once every waiter of every chunk in it has given up
+    const signal = allAborted([...spans.values()].flatMap((s) => s.entries.map((e) => e.waiters.abandoned)));
     const bufs = await this.ctx.fetcher.fetch(
       ranges.map((r) => ({ offset: r.offset, length: r.length })),
-      { priority },
+      { priority, signal },
     );
     const decodes: Array<Promise<void>> = [];
     ranges.forEach((r, i) => {

@@ -157,7 +157,7 @@ export class LazyLayer {
 
   /**
    * Bytes [offset, offset+length) of regular file `node` (clipped at its size), verified.
-   * Rejects with E_DEADLINE after the deadline (the fetch continues and fills the cache),
+   * Rejects with E_DEADLINE after the deadline (the fetch stops unless another caller waits for it),
    * E_ABORTED on the signal, E_LAYER_BAD once the layer failed its DiffID check, and
    * E_DIGEST_MISMATCH / E_DECOMPRESS / registry errors for the chunks involved.
    * The result may share memory with the cache: treat it as read-only.
@@ -182,7 +182,10 @@ export class LazyLayer {
     const mem = this.loader.tryMemory(chunks);
     if (mem !== undefined) return assemble(node, chunks, mem, offset, end, this.context);
     const ctx = { ...this.context, path: node.path, offset };
-    const work = this.loader.load(chunks, { path: node.path }).then((bufs) => {
+    // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
+    // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
+    const gaveUp = new AbortController();
+    const work = this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal }).then((bufs) => {
       if (this.badError !== undefined) throw this.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
@@ -194,6 +197,7 @@ export class LazyLayer {
       });
     } catch (err) {
       const e = asStoreError(err, 'E_IO', ctx);
+      if (e.code === 'E_DEADLINE' || e.code === 'E_ABORTED') gaveUp.abort(e);
       this.lastError = `${e.code}: ${e.message}`;
       throw e;
     }

@@ -1,5 +1,6 @@
 import { constants as fsc } from 'node:fs';
 import { FsError } from '../fs/errno.js';
+import { crashPoint } from '../util/crash-points.js';
 import {
   ROOT_DIR_ATTR,
   S_IFDIR,
@@ -272,6 +273,7 @@ export class StoreFs implements VirtualFs {
             // before our own read: the steps ahead start while this one waits for its chunk
             ahead?.onRead(offset, end - offset);
             const data = await layer.read(node, offset, end - offset, { signal });
+            crashPoint('fuse-read');
             // only bytes actually served count (an aborted read throws above)
             tracker?.read(offset, data.length);
             return data;
