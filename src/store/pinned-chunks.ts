@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { ChunkCache } from '../cache/chunk-cache.js';
-import { isValidDigest } from '../cache/paths.js';
+import { isSha256Digest } from '../cache/paths.js';
 import { openLayer } from '../format/open-layer.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
@@ -47,7 +47,7 @@ export async function pinnedChunksOnDisk(root: string, logger: Logger = silentLo
         const reader = new TailReader(new OfflineBlob(r.blobSize), tail.start, tail.bytes);
         const index = await openLayer(reader, { expectedTocDigest: r.tocDigest });
         for (const n of index.nodes) {
-          for (const c of n?.chunks ?? []) if (!c.zeros && isValidDigest(c.digest)) out.add(c.digest);
+          for (const c of n?.chunks ?? []) if (!c.zeros && isSha256Digest(c.digest)) out.add(c.digest);
         }
       } catch (err) {
         logger.debug({ err, ref: p.ref, digest: l.digest }, 'pinned layer not readable offline');
