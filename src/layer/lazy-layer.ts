@@ -387,7 +387,6 @@ export class LazyLayer {
           scheduler: this.scheduler,
           compression: this.index.compression,
           hash,
-          hashInWorker: this.opts.diffIdWorker === true,
           window: Math.max(1, this.opts.backgroundWindow ?? 2),
           cancel: this.closing.signal,
           context: this.context,

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { terminateCodec, verifyZeros } from '../../src/format/codec.js';
+import { verifyZeros } from '../../src/format/codec.js';
 import type { Chunk, LayerIndex, TreeNode } from '../../src/format/model.js';
 import { readFileRange } from '../../src/format/read-file.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
@@ -177,7 +177,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await cache.close();
   await rm(root, { recursive: true, force: true });
-  await terminateCodec();
 });
 
 function layerFor(h: Holey, source: TestSource): LazyLayer {
