@@ -30,6 +30,11 @@ export class SingleFlight<K, V> {
     return this.running.has(key);
   }
 
+  /** Every running call (to wait for all of them, e.g. before closing). */
+  values(): IterableIterator<Promise<V>> {
+    return this.running.values();
+  }
+
   get size(): number {
     return this.running.size;
   }
