@@ -330,10 +330,14 @@ export class ChunkCache {
   }
 }
 
-/** Keep only the chunk's own bytes alive, not a larger decompression buffer it may be a view of. */
-function ownedCopy(data: Buffer): Buffer {
-  if (data.buffer.byteLength > Buffer.poolSize && data.buffer.byteLength > data.length * 1.25) {
-    return Buffer.from(data);
-  }
-  return data;
+/**
+ * Keep only the chunk's own bytes alive, not a larger buffer it may be a view of: a decompression
+ * buffer, or (small chunks) Node's shared allocation slab, 64 KiB on Node 24, which one cached
+ * 1 KiB file would otherwise pin whole. The copy is exact-size (allocUnsafeSlow: not from a slab).
+ */
+export function ownedCopy(data: Buffer): Buffer {
+  if (data.buffer.byteLength <= data.length * 1.25) return data;
+  const own = Buffer.allocUnsafeSlow(data.length);
+  data.copy(own);
+  return own;
 }

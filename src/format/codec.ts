@@ -169,6 +169,13 @@ export async function decodeChunk(
   return await verifiedSlice(plain, chunk.innerOffset, chunk, context);
 }
 
+/** An exact-size copy (not from Node's shared slab, which a cached small file would pin). */
+function exactCopy(b: Buffer): Buffer {
+  const own = Buffer.allocUnsafeSlow(b.length);
+  b.copy(own);
+  return own;
+}
+
 /**
  * Decode several chunks that share one compressed span (eStargz small files packed into one gzip
  * member via innerOffset): the span is decompressed once, each chunk verified on its own. Returns
@@ -216,7 +223,7 @@ export async function decodeChunks(
         return new StoreError(shared.code, shared.message, chunkContext(c, context), { cause: shared });
       }
       const base = Math.min(skip, need);
-      return settle(verifiedSlice(shared, base, c, context).then((b) => Buffer.from(b)));
+      return settle(verifiedSlice(shared, base, c, context).then(exactCopy));
     }),
   );
 }
