@@ -4,15 +4,15 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import * as zlib from 'node:zlib';
 
 /**
- * Decompress the start of a chunk's compressed span, only as far as the chunk needs, on libuv's
- * thread pool: the main thread (the FUSE server) only parses gzip headers and collects output.
- * No worker threads: a worker heap costs ~18 MiB of RSS each and every span had to be copied to
- * it, while zlib (and libzstd in Node >= 23.8) already run their work on the pool.
+ * Decompress the part of a chunk's compressed span that the chunk needs, and no further: bytes
+ * after it (trailing tar headers, other files sharing the member, a bomb) are never produced.
+ * gzip inflates on libuv's thread pool (the main thread, the FUSE server, only parses member
+ * headers and collects output); zstd decodes on the main thread in small steps (see zstdRange).
+ * No worker threads: a worker heap cost ~18 MiB of RSS each and every span had to be copied to it.
  *
- * The output step (`chunkSize`) is the exact number of bytes still needed, so a chunk of up to
- * MAX_STEP bytes inflates in one thread-pool job into a buffer of exactly its size (no slack to
- * copy away before caching, no second pass), and inflating stops there: bytes after the chunk
- * (trailing tar headers, other files sharing the member, a bomb) are never produced.
+ * The gzip output step (`chunkSize`) is the number of bytes still needed, so a chunk of up to
+ * MAX_STEP bytes inflates in one thread-pool job, into a buffer of exactly its size when the chunk
+ * starts its member (innerOffset 0: no slack to copy away before caching, no second pass).
  */
 
 /**
@@ -139,7 +139,10 @@ export async function gunzipRange(src: Buffer, skip: number, need: number): Prom
   let pos = 0;
   while (!out.full && pos < src.length) {
     const body = pos + gzipBodyOffset(src.subarray(pos));
-    const dec = zlib.createInflateRaw({ chunkSize: stepFor(need - Math.max(skip, out.produced)) });
+    // One step up to `need` (at most MAX_STEP): skipping a long prefix in chunk-sized steps would
+    // cost one thread-pool round trip per step. The wanted bytes may then be a view into a step
+    // buffer holding the prefix too; the cache keeps an exact copy (cache/chunk-cache.ts).
+    const dec = zlib.createInflateRaw({ chunkSize: stepFor(need - out.produced) });
     const { consumed } = await drain(dec, src.subarray(body), out);
     if (consumed === undefined) break;
     pos = body + consumed + GZIP_TRAILER;
