@@ -196,7 +196,7 @@ describe('zeros chunks (holes) are served without materialising them', () => {
     const source = new TestSource(h.blob);
     const layer = layerFor(h, source);
     const mid = 4096 + 200 * MiB;
-    // start the codec worker first: its start-up is not what is measured here
+    // warm the zeros checkpoints first: their set-up is not what is measured here
     await verifyZeros({ ...h.node.chunks[1]!, size: 256 * 1024, digest: sha(Buffer.alloc(256 * 1024)) });
     const first = await measure(() => layer.read(h.node, mid, 4096));
     expect(first.value.equals(Buffer.alloc(4096))).toBe(true);
