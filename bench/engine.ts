@@ -23,7 +23,6 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { Agent, request } from 'undici';
 import { ChunkCache } from '../src/cache/index.js';
-import { terminateCodec } from '../src/format/codec.js';
 import type { LayerIndex, TreeNode } from '../src/format/model.js';
 import { openLayer } from '../src/format/open-layer.js';
 import { buildLayerToFile } from '../src/format/writer/index.js';
@@ -564,7 +563,6 @@ async function main(): Promise<void> {
     for (const c of caches) await c.close().catch(() => undefined);
     await source?.close();
     await server?.stop();
-    await terminateCodec();
     await rm(work, { recursive: true, force: true });
   }
 }

@@ -7,14 +7,14 @@
  * zstd-napi, decompress (+ sha256) and compress at level 3, to decide whether the native module can go
  * (it can when the built-in is within 10% of it).
  *
- *   npm run bench:formats [-- --size-mib 256 --rounds 3 --workers 2 --gzip-level 6]
+ *   npm run bench:formats [-- --size-mib 256 --rounds 3 --workers 2 --gzip-level 6]   (--workers: decodes in flight)
  * (gzip level 6 only to keep the build step short; inflate speed hardly depends on the level)
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { promisify } from 'node:util';
 import { constants as zlibConstants, gunzip, zstdCompressSync, zstdDecompressSync } from 'node:zlib';
-import { codecPoolSize, configureCodec, decodeChunk, terminateCodec } from '../src/format/codec.js';
+import { decodeChunk } from '../src/format/codec.js';
 import type { Chunk, Compression } from '../src/format/model.js';
 import { openLayer } from '../src/format/open-layer.js';
 import { buildLayerBuffer, type BuildOptions } from '../src/format/writer/index.js';
@@ -205,10 +205,9 @@ function fmt(n: number, width = 8): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  configureCodec({ workers: args.workers });
   const total = args.sizeMiB << 20;
   console.log(
-    `formats bench: ${args.sizeMiB} MiB synthetic layer, codec workers ${codecPoolSize()}, rounds ${args.rounds}`,
+    `formats bench: ${args.sizeMiB} MiB synthetic layer, decodes in flight ${args.workers}, rounds ${args.rounds}`,
   );
   let t = performance.now();
   const tar = syntheticTar(total);
@@ -231,7 +230,7 @@ async function main(): Promise<void> {
     );
     const ours: number[] = [];
     const base: number[] = [];
-    const workers = codecPoolSize();
+    const workers = args.workers;
     for (let round = 0; round < args.rounds; round++) {
       // Interleave so background noise on a shared machine hits both sides alike.
       ours.push(
@@ -271,7 +270,6 @@ async function main(): Promise<void> {
   console.log('');
   console.log('zstd engine        op            median MB/s   best MB/s   vs zstd-napi (median)');
   for (const r of engineRows) console.log(r);
-  await terminateCodec();
   if (!pass) process.exitCode = 1;
 }
 

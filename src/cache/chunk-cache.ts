@@ -1,10 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, statfs, unlink, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, unlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
+import { SingleFlight } from '../util/single-flight.js';
 import { WriteFaults } from '../util/write-faults.js';
+import { DiskBudget, footprint } from './disk-budget.js';
 import { DiskIndex } from './disk-index.js';
 import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
@@ -47,11 +49,7 @@ export interface ChunkCacheStats {
   scanComplete: boolean;
 }
 
-const BLOCK = 4096;
-/** Disk footprint of a file of `size` bytes (ext4/xfs allocate whole blocks). */
-export function footprint(size: number): number {
-  return Math.max(BLOCK, Math.ceil(size / BLOCK) * BLOCK);
-}
+export { footprint } from './disk-budget.js';
 
 /**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
@@ -64,25 +62,17 @@ export function footprint(size: number): number {
  */
 export class ChunkCache {
   readonly paths: CachePaths;
-  private readonly maxBytes: number;
-  private readonly minFreeBytes: number;
   private readonly maxEntries: number;
-  private readonly statfsIntervalMs: number;
   private readonly logger: Logger;
+  private readonly budget: DiskBudget;
   private readonly memory: MemoryLru;
   private readonly index = new DiskIndex();
   /** Instance prefix for temp names, so a concurrent start-up scan never deletes our own. */
   private readonly tmpPrefix = `${process.pid}-${randomBytes(4).toString('hex')}-`;
   private tmpCounter = 0;
   private readonly knownDirs = new Set<string>();
-  private readonly reads = new Map<string, Promise<Buffer | undefined>>();
-  private readonly writes = new Map<string, Promise<void>>();
-  private readonly unlinks = new Set<Promise<void>>();
-  private reserved = 0;
-  /** Disk bytes held outside the chunk files (the blob store's compressed bytes). */
-  private external = 0;
-  private freeEstimate = Number.POSITIVE_INFINITY;
-  private freeCheckedAt = 0;
+  private readonly reads = new SingleFlight<string, Buffer | undefined>();
+  private readonly writes = new SingleFlight<string, void>();
   private scanned = false;
   private closed = false;
   private scanPromise: Promise<void> = Promise.resolve();
@@ -97,26 +87,25 @@ export class ChunkCache {
     misses: 0,
     writes: 0,
     writeSkips: 0,
-    evictions: 0,
     corrupt: 0,
   };
 
   private constructor(opts: ChunkCacheOptions) {
     this.paths = new CachePaths(opts.root);
-    this.maxBytes = opts.maxBytes ?? CACHE_DEFAULTS.maxBytes;
-    this.minFreeBytes = opts.minFreeBytes ?? CACHE_DEFAULTS.minFreeBytes;
-    this.maxEntries = opts.maxEntries ?? 1_000_000;
-    this.statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
+    const bounds = {
+      maxBytes: opts.maxBytes ?? CACHE_DEFAULTS.maxBytes,
+      minFreeBytes: opts.minFreeBytes ?? CACHE_DEFAULTS.minFreeBytes,
+      maxEntries: opts.maxEntries ?? 1_000_000,
+    };
+    this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
     this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes);
-    for (const [k, v] of Object.entries({
-      maxBytes: this.maxBytes,
-      minFreeBytes: this.minFreeBytes,
-      maxEntries: this.maxEntries,
-    })) {
+    for (const [k, v] of Object.entries(bounds)) {
       if (!Number.isFinite(v) || v < 0)
         throw new StoreError('E_CONFIG', `cache ${k} must be >= 0`, { [k]: v });
     }
+    const statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
+    this.budget = new DiskBudget(this.index, this.paths, { ...bounds, statfsIntervalMs }, this.logger);
   }
 
   /** Creates the directories and starts the index scan in the background (not awaited). */
@@ -176,12 +165,7 @@ export class ChunkCache {
       this.counters.misses++;
       return undefined;
     }
-    let p = this.reads.get(hex);
-    if (p === undefined) {
-      p = this.readVerified(hex).finally(() => this.reads.delete(hex));
-      this.reads.set(hex, p);
-    }
-    return await p;
+    return await this.reads.run(hex, () => this.readVerified(hex));
   }
 
   private async readVerified(hex: string): Promise<Buffer | undefined> {
@@ -231,28 +215,24 @@ export class ChunkCache {
       this.index.touch(hex);
       return;
     }
-    const pending = this.writes.get(hex);
-    if (pending !== undefined) return await pending;
-    const p = this.write(hex, data).finally(() => this.writes.delete(hex));
-    this.writes.set(hex, p);
-    await p;
+    await this.writes.run(hex, () => this.write(hex, data));
   }
 
   private async write(hex: string, data: Buffer): Promise<void> {
     const bytes = footprint(data.length);
-    await this.refreshFree();
-    const victims = this.makeRoom(bytes, this.index.isPinned(hex));
+    await this.budget.refreshFree();
+    const victims = this.budget.makeRoom(bytes, this.index.isPinned(hex));
     if (victims === undefined) {
       this.counters.writeSkips++;
       return;
     }
-    this.reserved += bytes;
-    this.freeEstimate -= bytes;
+    this.budget.take(bytes);
     const tmp = join(this.paths.tmp, `${this.tmpPrefix}${this.tmpCounter++}`);
+    let failed = false;
     try {
-      for (const v of victims) this.unlinkChunk(v.hex);
+      for (const v of victims) this.budget.unlinkChunk(v.hex);
       // Disk usage must drop before it grows again: wait for every eviction decided so far.
-      await Promise.all([...this.unlinks]);
+      await this.budget.unlinked();
       const dir = this.paths.chunkDir(hex);
       if (!this.knownDirs.has(dir)) {
         await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -264,70 +244,14 @@ export class ChunkCache {
       this.index.add(hex, bytes);
       this.counters.writes++;
       this.writeFaults.succeeded(this.logger);
-      if (this.index.count > this.maxEntries) this.evictForEntries();
+      if (this.index.count > this.maxEntries) this.budget.evictForEntries();
     } catch (err) {
-      this.freeEstimate += bytes;
+      failed = true;
       this.counters.writeSkips++;
       this.writeFaults.failed(err, this.logger, { digest: `sha256:${hex}` });
       await unlink(tmp).catch(() => undefined);
     } finally {
-      this.reserved -= bytes;
-    }
-  }
-
-  /**
-   * Decide synchronously which entries to evict so that `bytes` more fit under maxBytes, the
-   * entry bound and the free-space margin. Returns undefined when it cannot fit; pinned chunks may
-   * exceed maxBytes (pinning is an explicit request) but never the free-space margin.
-   */
-  private makeRoom(bytes: number, pinned: boolean): Array<{ hex: string; bytes: number }> | undefined {
-    if (!pinned && bytes > this.maxBytes) return undefined;
-    const overBytes = (): boolean => this.index.bytes + this.reserved + this.external + bytes > this.maxBytes;
-    const overHard = (): boolean =>
-      this.index.count + 1 > this.maxEntries || this.freeEstimate - bytes < this.minFreeBytes;
-    const victims: Array<{ hex: string; bytes: number }> = [];
-    while (overBytes() || overHard()) {
-      const v = this.index.takeVictim();
-      if (v === undefined) break;
-      victims.push(v);
-      this.freeEstimate += v.bytes;
-    }
-    if (overHard() || (overBytes() && !pinned)) {
-      // Cannot fit: the victims are already out of the index, so still delete them (they were the
-      // least useful anyway) but do not write.
-      for (const v of victims) this.unlinkChunk(v.hex);
-      return undefined;
-    }
-    return victims;
-  }
-
-  private evictForEntries(): void {
-    while (this.index.count > this.maxEntries) {
-      const v = this.index.takeVictim();
-      if (v === undefined) return;
-      this.unlinkChunk(v.hex);
-    }
-  }
-
-  private unlinkChunk(hex: string): void {
-    this.counters.evictions++;
-    const p: Promise<void> = unlink(this.paths.chunkFile(hex))
-      .catch(() => undefined)
-      .finally(() => this.unlinks.delete(p));
-    this.unlinks.add(p);
-  }
-
-  private async refreshFree(): Promise<void> {
-    if (this.minFreeBytes === 0) return;
-    const now = Date.now();
-    if (now - this.freeCheckedAt < this.statfsIntervalMs) return;
-    this.freeCheckedAt = now;
-    try {
-      const st = await statfs(this.paths.base);
-      // Space still to be written by in-flight puts is not yet visible to statfs.
-      this.freeEstimate = st.bavail * st.bsize - this.reserved;
-    } catch (err) {
-      this.logger.warn({ err }, 'statfs on cache directory failed');
+      this.budget.settle(bytes, failed);
     }
   }
 
@@ -337,20 +261,12 @@ export class ChunkCache {
    */
   async reserveExternal(bytes: number): Promise<boolean> {
     if (this.closed || !(bytes >= 0)) return false;
-    await this.refreshFree();
-    const victims = this.makeRoom(bytes, false);
-    if (victims === undefined) return false;
-    for (const v of victims) this.unlinkChunk(v.hex);
-    this.external += bytes;
-    this.freeEstimate -= bytes;
-    return true;
+    return await this.budget.reserveExternal(bytes);
   }
 
   /** Give back bytes taken with reserveExternal (the files were deleted). */
   releaseExternal(bytes: number): void {
-    const n = Math.min(this.external, Math.max(0, bytes));
-    this.external -= n;
-    this.freeEstimate += n;
+    this.budget.releaseExternal(bytes);
   }
 
   /** Pin the chunks of a layer: they are never evicted while any layer pins them. */
@@ -372,11 +288,12 @@ export class ChunkCache {
     return {
       diskBytes: this.index.bytes,
       diskEntries: this.index.count,
-      reservedBytes: this.reserved,
-      externalBytes: this.external,
+      reservedBytes: this.budget.reserved,
+      externalBytes: this.budget.external,
       memoryBytes: this.memory.size,
       memoryEntries: this.memory.count,
       ...this.counters,
+      evictions: this.budget.evictions,
       pinnedEntries: this.index.pinnedCount,
       scanComplete: this.scanned,
     };
@@ -390,15 +307,14 @@ export class ChunkCache {
   /** Wait for pending writes and evictions and stop the scan. The cache stays readable. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.writes.values()]);
-    await Promise.all([...this.unlinks]);
+    await this.flush();
     await this.scanPromise;
   }
 
   /** Wait for pending writes and evictions without closing. */
   async flush(): Promise<void> {
     await Promise.all([...this.writes.values()]);
-    await Promise.all([...this.unlinks]);
+    await this.budget.unlinked();
   }
 
   private async scan(): Promise<void> {
@@ -408,27 +324,7 @@ export class ChunkCache {
     const ordered = await orderByAge(found);
     this.index.adoptScanned(await buildIndexMap(ordered, footprint));
     this.scanned = true;
-    // Enforce the bounds on what an earlier run (maybe with larger bounds) left behind, in
-    // batches so a large backlog neither floods the thread pool nor holds many promises.
-    this.freeCheckedAt = 0;
-    await this.refreshFree();
-    for (;;) {
-      let batch = 0;
-      while (
-        batch < 1000 &&
-        (this.index.bytes + this.reserved + this.external > this.maxBytes ||
-          this.index.count > this.maxEntries ||
-          this.freeEstimate < this.minFreeBytes)
-      ) {
-        const v = this.index.takeVictim();
-        if (v === undefined) break;
-        this.freeEstimate += v.bytes;
-        this.unlinkChunk(v.hex);
-        batch++;
-      }
-      await Promise.all([...this.unlinks]);
-      if (batch < 1000) break;
-    }
+    await this.budget.enforce();
     this.logger.info(
       { entries: this.index.count, bytes: this.index.bytes, removedTmp, ms: Date.now() - started },
       'chunk cache index ready',
@@ -436,10 +332,14 @@ export class ChunkCache {
   }
 }
 
-/** Keep only the chunk's own bytes alive, not a larger decompression buffer it may be a view of. */
-function ownedCopy(data: Buffer): Buffer {
-  if (data.buffer.byteLength > Buffer.poolSize && data.buffer.byteLength > data.length * 1.25) {
-    return Buffer.from(data);
-  }
-  return data;
+/**
+ * Keep only the chunk's own bytes alive, not a larger buffer it may be a view of: a decompression
+ * buffer, or (small chunks) Node's shared allocation slab, 64 KiB on Node 24, which one cached
+ * 1 KiB file would otherwise pin whole. The copy is exact-size (allocUnsafeSlow: not from a slab).
+ */
+export function ownedCopy(data: Buffer): Buffer {
+  if (data.buffer.byteLength <= data.length * 1.25) return data;
+  const own = Buffer.allocUnsafeSlow(data.length);
+  data.copy(own);
+  return own;
 }

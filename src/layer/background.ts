@@ -5,7 +5,6 @@ import { crashPoint } from '../util/crash-points.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
 import { StreamDigest } from './diffid.js';
-import { InlineStreamDigest } from './diffid-inline.js';
 import type { FetchUnit } from './plan.js';
 import type { FetchScheduler } from './scheduler.js';
 import type { SpanFetcher } from './span-fetcher.js';
@@ -18,8 +17,6 @@ export interface BackgroundContext {
   compression: Compression;
   /** Hash the whole decompressed stream (for the DiffID check). */
   hash: boolean;
-  /** Hash in a worker thread (StreamDigest) instead of on this thread (InlineStreamDigest). */
-  hashInWorker?: boolean;
   /** Units of this layer in flight at once (memory bound: about window x unit size). */
   window: number;
   cancel: AbortSignal;
@@ -53,11 +50,7 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
   const stop = new AbortController();
   const onCancel = (): void => stop.abort(ctx.cancel.reason);
   ctx.cancel.addEventListener('abort', onCancel, { once: true });
-  const hasher = !ctx.hash
-    ? undefined
-    : ctx.hashInWorker === true
-      ? new StreamDigest(ctx.compression)
-      : new InlineStreamDigest(ctx.compression);
+  const hasher = ctx.hash ? new StreamDigest(ctx.compression) : undefined;
   let chunkErrors = 0;
   let chain: Promise<void> = Promise.resolve();
   const pending: Array<Promise<void>> = [];

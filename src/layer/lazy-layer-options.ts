@@ -47,12 +47,6 @@ export interface LazyLayerOptions {
    * from the network once, told when the layer is verified and before a re-check from the origin.
    */
   local?: LocalCompressedStore;
-  /**
-   * Decompress + hash the DiffID stream in a worker thread. Default false: on this thread (gzip
-   * inflates on libuv's pool; measured: a DiffID worker costs 35-40 MiB RSS, the inline hash a
-   * few % of the main thread at the background bandwidth bound).
-   */
-  diffIdWorker?: boolean;
   /** Directory for persisted layer state (DiffID verified); none: nothing persisted. */
   stateDir?: string;
   /** Delay before retrying a failed background pass (multiplied by the attempt). Default 30 s. */

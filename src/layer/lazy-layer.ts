@@ -3,16 +3,17 @@ import { isSha256Digest } from '../cache/paths.js';
 import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../format/model.js';
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import { backgroundPass } from './background.js';
 import { asBlobSource } from '../util/blob-read.js';
 import { assemble } from './assemble.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
-import { sleep, withDeadline } from '../util/abort.js';
-import { planLayerAsync, planUnits, type LayerPlan } from './plan.js';
+import { withDeadline } from '../util/abort.js';
+import { planLayerAsync, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { SpanFetcher } from './span-fetcher.js';
-import { layerStateWriteFaults } from '../util/write-faults.js';
-import { loadLayerState, saveLayerState } from './state-file.js';
+import { loadLayerState } from './state-file.js';
+import { releaseLocalBytes, runBackground } from './background-run.js';
+import { LayerStatus } from './layer-status.js';
+import { runPrefetch } from './prefetch-run.js';
 import type { LayerState, ReadOptions } from './types.js';
 import type { LazyLayerOptions } from './lazy-layer-options.js';
 
@@ -43,15 +44,7 @@ export class LazyLayer {
   private planCache: LayerPlan | undefined;
   private planPromise: Promise<LayerPlan> | undefined;
   private pinRequested = false;
-  private uncompressedSize: number | undefined;
-  private readonly verified = new Set<string>();
-  private verifiedBytes = 0;
-  private bytesFetched = 0;
-  private prefetchDone = false;
-  private backgroundDone = false;
-  private fullyVerified = false;
-  private badError: StoreError | undefined;
-  private lastError: string | undefined;
+  private readonly status: LayerStatus;
   private started: Promise<void> | undefined;
   private prefetchPromise: Promise<void> = Promise.resolve();
   private backgroundPromise: Promise<void> = Promise.resolve();
@@ -65,6 +58,7 @@ export class LazyLayer {
     this.logger = (opts.logger ?? silentLogger).child({ layer: opts.layerKey });
     this.context = { layer: opts.layerKey };
     this.deadlineMs = opts.deadlineMs ?? 30_000;
+    this.status = new LayerStatus(this.logger, this.context);
     if (opts.source.size !== opts.index.blobSize) {
       throw new StoreError('E_INVALID_ARGUMENT', 'blob source size differs from the layer index', {
         ...this.context,
@@ -78,7 +72,7 @@ export class LazyLayer {
       localBytes: opts.local,
       onCompressedBytes: opts.local?.onCompressedBytes,
       onFetched: (n) => {
-        this.bytesFetched += n;
+        this.status.bytesFetched += n;
       },
       logger: this.logger,
       context: this.context,
@@ -97,7 +91,7 @@ export class LazyLayer {
       context: this.context,
       runFetch: (priority, fn, signal) =>
         priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
-      onVerified: (c) => this.markVerified(c),
+      onVerified: (c) => this.status.markVerified(c),
     });
   }
 
@@ -124,10 +118,10 @@ export class LazyLayer {
       if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {
         const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
         if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) {
-          this.fullyVerified = true;
-          this.releaseLocalBytes();
+          this.status.fullyVerified = true;
+          releaseLocalBytes(this.opts, this.status);
           if (Number.isSafeInteger(saved.uncompressedSize) && saved.uncompressedSize! >= 0) {
-            this.uncompressedSize = saved.uncompressedSize;
+            this.status.uncompressedSize = saved.uncompressedSize;
           }
         }
       }
@@ -136,13 +130,25 @@ export class LazyLayer {
     // (which would take the whole FUSE server down).
     this.prefetchPromise = this.started
       .then(async () => {
-        if (this.planCache !== undefined) await this.runPrefetch(this.planCache);
+        if (this.planCache !== undefined) await this.prefetch(this.planCache);
       })
       .catch((err: unknown) => this.recordError(err, 'prefetch failed'));
     this.backgroundPromise = this.prefetchPromise
       .then(async () => {
         if (this.opts.backgroundFetch === false || this.planCache === undefined) return;
-        await this.runBackground(this.planCache);
+        await runBackground({
+          plan: this.planCache,
+          index: this.index,
+          opts: this.opts,
+          fetcher: this.fetcher,
+          cache: this.cache,
+          scheduler: this.scheduler,
+          status: this.status,
+          logger: this.logger,
+          context: this.context,
+          signal: this.closing.signal,
+          lastRead: () => this.lastReadAt,
+        });
       })
       .catch((err: unknown) => this.recordError(err, 'background fetch failed'));
   }
@@ -163,7 +169,7 @@ export class LazyLayer {
    * The result may share memory with the cache: treat it as read-only.
    */
   async read(node: TreeNode, offset: number, length: number, opts: ReadOptions = {}): Promise<Buffer> {
-    if (this.badError !== undefined) throw this.badError;
+    if (this.status.badError !== undefined) throw this.status.badError;
     if (node.type !== 'reg') {
       throw new StoreError('E_INVALID_ARGUMENT', 'not a regular file', { ...this.context, path: node.path });
     }
@@ -186,7 +192,7 @@ export class LazyLayer {
     // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
     const gaveUp = new AbortController();
     const work = this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal }).then((bufs) => {
-      if (this.badError !== undefined) throw this.badError;
+      if (this.status.badError !== undefined) throw this.status.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
     try {
@@ -198,7 +204,7 @@ export class LazyLayer {
     } catch (err) {
       const e = asStoreError(err, 'E_IO', ctx);
       if (e.code === 'E_DEADLINE' || e.code === 'E_ABORTED') gaveUp.abort(e);
-      this.lastError = `${e.code}: ${e.message}`;
+      this.status.lastError = `${e.code}: ${e.message}`;
       throw e;
     }
   }
@@ -209,7 +215,7 @@ export class LazyLayer {
    * first chunk error.
    */
   async loadChunks(chunks: readonly Chunk[], opts: LoadOptions = {}): Promise<void> {
-    if (this.badError !== undefined) throw this.badError;
+    if (this.status.badError !== undefined) throw this.status.badError;
     await this.loader.load(chunks, undefined, opts);
   }
 
@@ -222,7 +228,7 @@ export class LazyLayer {
    * read reports errors); no deadline, it ends when its fetch does.
    */
   async prefetchRange(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void> {
-    if (this.badError !== undefined || signal?.aborted || node.type !== 'reg') return;
+    if (this.status.badError !== undefined || signal?.aborted || node.type !== 'reg') return;
     if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length <= 0) return;
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return;
@@ -241,22 +247,23 @@ export class LazyLayer {
     const total = plan?.totalChunkBytes ?? 0;
     let percent = 0;
     if (plan !== undefined) {
-      percent = total === 0 ? 100 : Math.min(100, Math.floor((100 * this.verifiedBytes) / total));
+      percent = total === 0 ? 100 : Math.min(100, Math.floor((100 * this.status.verifiedBytes) / total));
     }
+    const st = this.status;
     const s: LayerState = {
-      bytesFetched: this.bytesFetched,
+      bytesFetched: st.bytesFetched,
       totalBytes: this.index.blobSize,
       percent,
-      chunksVerified: this.verified.size,
+      chunksVerified: st.verified.size,
       chunksTotal: plan?.chunks.length ?? 0,
-      prefetchDone: this.prefetchDone,
-      backgroundDone: this.backgroundDone,
-      fullyVerified: this.fullyVerified,
-      bad: this.badError !== undefined,
+      prefetchDone: st.prefetchDone,
+      backgroundDone: st.backgroundDone,
+      fullyVerified: st.fullyVerified,
+      bad: st.badError !== undefined,
       pinned: this.cache.isPinned(this.layerKey),
     };
-    if (this.lastError !== undefined) s.lastError = this.lastError;
-    if (this.uncompressedSize !== undefined) s.uncompressedSize = this.uncompressedSize;
+    if (st.lastError !== undefined) s.lastError = st.lastError;
+    if (st.uncompressedSize !== undefined) s.uncompressedSize = st.uncompressedSize;
     return s;
   }
 
@@ -292,36 +299,8 @@ export class LazyLayer {
     await this.backgroundPromise.catch(() => undefined);
   }
 
-  private markVerified(c: Chunk): void {
-    // zeros chunks need no data, so they are not part of chunksTotal either
-    if (c.zeros || this.verified.has(c.digest)) return;
-    this.verified.add(c.digest);
-    this.verifiedBytes += c.size;
-  }
-
-  /** Fully verified: the local compressed copy is no longer needed (its chunks are cached). */
-  private releaseLocalBytes(): void {
-    this.opts.local
-      ?.discard?.()
-      .catch((err: unknown) => this.recordError(err, 'cannot remove the local blob copy'));
-  }
-
-  /** Before a re-check from the origin: local compressed bytes may be what was bad. */
-  private async forgetLocalBytes(): Promise<void> {
-    await this.opts.local
-      ?.forget?.()
-      .catch((err: unknown) => this.recordError(err, 'cannot reset the local blob copy'));
-  }
-
-  /** Remember an error for state() and log it. Never throws: it is the last line of defence. */
   private recordError(err: unknown, what: string): void {
-    const e = asStoreError(err, 'E_IO', this.context);
-    this.lastError = `${e.code}: ${e.message}`;
-    try {
-      this.logger.warn({ err: e }, what);
-    } catch {
-      // a failing logger must not turn a recorded error into an unhandled one
-    }
+    this.status.recordError(err, what);
   }
 
   private prefetchEnd(): number {
@@ -332,161 +311,16 @@ export class LazyLayer {
     return Math.min(this.index.blobSize, Math.max(0, this.opts.prefetchBytes ?? 0));
   }
 
-  private async runPrefetch(plan: LayerPlan): Promise<void> {
+  private async prefetch(plan: LayerPlan): Promise<void> {
     const end = this.prefetchEnd();
-    const batchBytes = this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024;
-    const wanted = plan.chunks.filter((c) => c.compressedOffset < end);
-    const started = Date.now();
-    let batch: Chunk[] = [];
-    let batchStart = 0;
-    let failed = 0;
-    // two batches in flight: the next request is already on its way when one completes
-    const inFlight: Array<Promise<void>> = [];
-    const flush = async (): Promise<void> => {
-      if (batch.length === 0) return;
-      const b = batch;
-      batch = [];
-      inFlight.push(
-        this.loader.load(b, undefined, { priority: 'prefetch', signal: this.closing.signal }).then(
-          () => undefined,
-          (err: unknown) => {
-            failed++;
-            this.recordError(err, 'prefetch batch failed');
-          },
-        ),
-      );
-      while (inFlight.length >= 2) await inFlight.shift();
-    };
-    for (const c of wanted) {
-      if (this.closing.signal.aborted) break;
-      if (batch.length > 0 && c.compressedEnd - batchStart > batchBytes) await flush();
-      if (batch.length === 0) batchStart = c.compressedOffset;
-      batch.push(c);
-    }
-    if (!this.closing.signal.aborted) await flush();
-    await Promise.all(inFlight);
-    if (this.closing.signal.aborted) return;
-    this.prefetchDone = true;
-    if (wanted.length > 0) {
-      this.logger.debug({ chunks: wanted.length, end, failed, ms: Date.now() - started }, 'prefetch done');
-    }
-  }
-
-  private async runBackground(plan: LayerPlan): Promise<void> {
-    const passes = this.opts.maxBackgroundPasses ?? 3;
-    const units = planUnits(plan, this.index.blobSize, this.opts.backgroundUnitBytes ?? 2 * 1024 * 1024);
-    // A DiffID mismatch is checked once more with freshly fetched bytes before the layer is
-    // declared bad: a corrupted cache or proxy on the way must not condemn a good layer.
-    let recheck = false;
-    for (let attempt = 1; attempt <= passes; attempt++) {
-      if (this.closing.signal.aborted) return;
-      const hash = this.opts.expectedDiffID !== undefined && !this.fullyVerified;
-      const started = Date.now();
-      try {
-        const r = await backgroundPass({
-          units,
-          fetcher: this.fetcher,
-          lastRead: () => this.lastReadAt,
-          cache: this.cache,
-          scheduler: this.scheduler,
-          compression: this.index.compression,
-          hash,
-          hashInWorker: this.opts.diffIdWorker === true,
-          window: Math.max(1, this.opts.backgroundWindow ?? 2),
-          cancel: this.closing.signal,
-          context: this.context,
-          bypassCache: recheck,
-          onVerified: (c) => this.markVerified(c),
-          onChunkError: (err) => this.recordError(err, 'background chunk verification failed'),
-        });
-        if (r.chunkErrors > 0) {
-          throw new StoreError(
-            'E_DIGEST_MISMATCH',
-            `${r.chunkErrors} chunk(s) failed verification`,
-            this.context,
-          );
-        }
-        this.backgroundDone = true;
-        if (r.stream !== undefined) {
-          const matched = await this.checkDiffID(r.stream, recheck);
-          if (!matched && !recheck) {
-            recheck = true;
-            await this.forgetLocalBytes();
-            attempt--; // the re-check is not a failed attempt
-            continue;
-          }
-        }
-        this.logger.info(
-          { ms: Date.now() - started, bytesFetched: this.bytesFetched, fullyVerified: this.fullyVerified },
-          'background fetch complete',
-        );
-        return;
-      } catch (err) {
-        if (this.closing.signal.aborted) return;
-        this.recordError(err, `background fetch pass ${attempt} failed`);
-        // bad data (a stream that does not decompress, chunks failing verification) may come from
-        // a bad local copy: the next pass fetches from the origin
-        const code = asStoreError(err, 'E_IO').code;
-        if (code === 'E_DECOMPRESS' || code === 'E_DIGEST_MISMATCH') {
-          recheck = true;
-          await this.forgetLocalBytes();
-        }
-        if (attempt < passes)
-          await sleep((this.opts.retryDelayMs ?? 30_000) * attempt, this.closing.signal).catch(
-            () => undefined,
-          );
-      }
-    }
-  }
-
-  /**
-   * Compare the stream with the config's diff_id. A match is remembered (and persisted); a
-   * mismatch marks the layer bad only when `final` (after the fresh re-check pass).
-   */
-  private async checkDiffID(stream: { digest: string; size: number }, final: boolean): Promise<boolean> {
-    const expected = this.opts.expectedDiffID!;
-    if (stream.digest === expected) {
-      this.fullyVerified = true;
-      this.uncompressedSize = stream.size;
-      this.releaseLocalBytes();
-      if (this.opts.stateDir !== undefined) {
-        await saveLayerState(this.opts.stateDir, {
-          layerKey: this.layerKey,
-          diffID: expected,
-          fullyVerified: true,
-          verifiedAt: new Date().toISOString(),
-          uncompressedSize: stream.size,
-        }).then(
-          () => layerStateWriteFaults.succeeded(this.logger),
-          (err: unknown) => {
-            // one warning per condition store-wide (a full disk fails every layer's state file)
-            const e = asStoreError(err, 'E_IO', this.context);
-            this.lastError = `${e.code}: ${e.message}`;
-            layerStateWriteFaults.failed(err, this.logger, { layer: this.layerKey });
-          },
-        );
-      }
-      return true;
-    }
-    const context = { ...this.context, expected, actual: stream.digest, uncompressedSize: stream.size };
-    if (!final) {
-      const error = new StoreError(
-        'E_DIGEST_MISMATCH',
-        `layer stream does not match the diff_id (expected ${expected}, got ${stream.digest}); re-checking with freshly fetched bytes`,
-        context,
-      );
-      this.lastError = `${error.code}: ${error.message}`;
-      this.logger.warn({ err: error }, 'DiffID mismatch; re-checking');
-      return false;
-    }
-    const error = new StoreError(
-      'E_LAYER_BAD',
-      `layer content does not match the image config diff_id: expected ${expected}, got ${stream.digest}`,
-      context,
-    );
-    this.lastError = `${error.code}: ${error.message}`;
-    this.badError = error;
-    this.logger.error({ err: this.badError }, 'layer marked bad');
-    return false;
+    await runPrefetch({
+      chunks: plan.chunks.filter((c) => c.compressedOffset < end),
+      batchBytes: this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024,
+      loader: this.loader,
+      status: this.status,
+      signal: this.closing.signal,
+      logger: this.logger,
+      end,
+    });
   }
 }

@@ -30,7 +30,7 @@ export class SingleFlight<K, V> {
     return this.running.has(key);
   }
 
-  /** The running calls (to wait for them all, e.g. on close). */
+  /** Every running call (to wait for all of them, e.g. before closing). */
   values(): IterableIterator<Promise<V>> {
     return this.running.values();
   }

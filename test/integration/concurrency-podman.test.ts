@@ -3,7 +3,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { terminateCodec } from '../../src/format/codec.js';
 import { enableMetrics } from '../../src/util/metrics.js';
 import { deadlineExpiries } from '../helpers/concurrency.js';
 import {
@@ -147,7 +146,6 @@ describe('8 images in 3 formats pulled and run in parallel through one store', (
   afterAll(async () => {
     await running?.stop();
     await registry?.stop();
-    await terminateCodec();
     if (dir) await rm(dir, { recursive: true, force: true });
   }, 120_000);
 

@@ -3,7 +3,6 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { terminateCodec } from '../../src/format/codec.js';
 import { enableMetrics, resetMetrics } from '../../src/util/metrics.js';
 import {
   deadlineExpiries,
@@ -80,7 +79,6 @@ describe.each(['estargz', 'zstd:chunked'] as const)(
     afterAll(async () => {
       await running?.stop();
       await registry?.stop();
-      await terminateCodec();
       if (dir) await rm(dir, { recursive: true, force: true });
     });
 

@@ -1,7 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { terminateCodec } from '../../src/format/codec.js';
 import {
   buildAndPushImage,
   busyboxLayerTar,
@@ -56,7 +55,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await podman?.cleanup();
   await registry?.stop();
-  await terminateCodec();
 }, 300_000);
 
 async function layers(encoding: LayerEncoding): Promise<EncodedLayer[]> {

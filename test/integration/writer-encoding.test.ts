@@ -8,12 +8,10 @@ import { openLayer } from '../../src/format/open-layer.js';
 import { readFileRange } from '../../src/format/read-file.js';
 import { lookupPath } from '../../src/format/model.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
-import { terminateCodec } from '../../src/format/codec.js';
 
 // Inputs written by real GNU tar and python's tarfile, outputs checked with gzip/zstd/tar/python3.
 const work = mkdtempSync(join(tmpdir(), 'writer-enc-'));
 afterAll(async () => {
-  await terminateCodec();
   rmSync(work, { recursive: true, force: true });
 });
 

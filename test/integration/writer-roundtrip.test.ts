@@ -23,7 +23,6 @@ import {
 } from '../../src/format/writer/index.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { StoreError } from '../../src/util/errors.js';
-import { terminateCodec } from '../../src/format/codec.js';
 
 /**
  * Round trip: a tar written by Python's tarfile (independent of our code) -> our writer -> our
@@ -32,7 +31,6 @@ import { terminateCodec } from '../../src/format/codec.js';
 
 const work = mkdtempSync(join(tmpdir(), 'writer-rt-'));
 afterAll(async () => {
-  await terminateCodec();
   rmSync(work, { recursive: true, force: true });
 });
 

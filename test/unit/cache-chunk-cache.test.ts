@@ -304,3 +304,29 @@ describe('ChunkCache', () => {
     await cache.close();
   });
 });
+
+describe('ChunkCache memory: only the chunk bytes stay alive', () => {
+  it('a small chunk cut from a shared slab or a big decode buffer is kept as an exact-size copy', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'chunk-cache-own-'));
+    try {
+      const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+      const big = randomBytes(1 << 20);
+      const views = [Buffer.from('small file contents'), big.subarray(4096, 4096 + 1000)];
+      for (const v of views) {
+        const digest = 'sha256:' + createHash('sha256').update(v).digest('hex');
+        await cache.put(digest, v);
+        const kept = cache.getMemory(digest)!;
+        expect(kept.equals(v)).toBe(true);
+        expect(kept.buffer.byteLength).toBe(v.length);
+      }
+      // a buffer that is (almost) all chunk is kept as is, no copy
+      const whole = randomBytes(100_000);
+      const d = 'sha256:' + createHash('sha256').update(whole).digest('hex');
+      await cache.put(d, whole);
+      expect(cache.getMemory(d)).toBe(whole);
+      await cache.close();
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});

@@ -5,14 +5,10 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createGzip, gzipSync } from 'node:zlib';
-import { afterAll, describe, expect, it } from 'vitest';
-import { decodeChunk, isZerosVerified, terminateCodec, verifyZeros } from '../../src/format/codec.js';
+import { describe, expect, it } from 'vitest';
+import { decodeChunk, isZerosVerified, verifyZeros } from '../../src/format/codec.js';
 import type { Chunk } from '../../src/format/model.js';
 import { DigestMismatchError, StoreError } from '../../src/util/errors.js';
-
-afterAll(async () => {
-  await terminateCodec();
-});
 
 const MiB = 1 << 20;
 const sha = (b: Uint8Array): string => 'sha256:' + createHash('sha256').update(b).digest('hex');

@@ -3,9 +3,9 @@
  * fetched span belong to other files; a broken neighbour must never fail a good file.
  */
 import { crc32, gzipSync } from 'node:zlib';
-import { afterAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { compress as zstdCompress } from 'zstd-napi';
-import { decodeChunk, decodeChunks, terminateCodec } from '../../src/format/codec.js';
+import { decodeChunk, decodeChunks } from '../../src/format/codec.js';
 import { lookupPath, type Chunk } from '../../src/format/model.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { readFileRange } from '../../src/format/read-file.js';
@@ -13,10 +13,6 @@ import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { buildEStargz } from '../helpers/format-builders.js';
 import { failure, sha256 } from '../helpers/format-fixtures.js';
-
-afterAll(async () => {
-  await terminateCodec();
-});
 
 const GOOD = Buffer.from('good file contents\n'.repeat(40));
 const NEIGHBOUR = Buffer.from('neighbour bytes '.repeat(30));

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { terminateCodec, verifyZeros } from '../../src/format/codec.js';
+import { verifyZeros } from '../../src/format/codec.js';
 import type { Chunk, LayerIndex, TreeNode } from '../../src/format/model.js';
 import { readFileRange } from '../../src/format/read-file.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
@@ -177,7 +177,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await cache.close();
   await rm(root, { recursive: true, force: true });
-  await terminateCodec();
 });
 
 function layerFor(h: Holey, source: TestSource): LazyLayer {
@@ -197,7 +196,7 @@ describe('zeros chunks (holes) are served without materialising them', () => {
     const source = new TestSource(h.blob);
     const layer = layerFor(h, source);
     const mid = 4096 + 200 * MiB;
-    // start the codec worker first: its start-up is not what is measured here
+    // warm the zeros checkpoints first: their set-up is not what is measured here
     await verifyZeros({ ...h.node.chunks[1]!, size: 256 * 1024, digest: sha(Buffer.alloc(256 * 1024)) });
     const first = await measure(() => layer.read(h.node, mid, 4096));
     expect(first.value.equals(Buffer.alloc(4096))).toBe(true);

@@ -1,16 +1,11 @@
 import { PassThrough, Readable } from 'node:stream';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { goJson, goQuote } from '../../src/format/writer/go-json.js';
 import { Crc64Iso } from '../../src/format/writer/tar-split.js';
 import { buildLayer } from '../../src/format/writer/index.js';
-import { terminateCodec } from '../../src/format/codec.js';
 
 // Writer encodings checked in Node only; inputs made by GNU tar and python are in
 // test/integration/writer-encoding.test.ts.
-afterAll(async () => {
-  await terminateCodec();
-});
-
 describe('Go-compatible JSON', () => {
   it('escapes like encoding/json with HTML escaping (documented Go behaviour)', () => {
     expect(goQuote('<a href="x">&</a>')).toBe('"\\u003ca href=\\"x\\"\\u003e\\u0026\\u003c/a\\u003e"');

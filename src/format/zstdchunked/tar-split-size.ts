@@ -55,7 +55,7 @@ export async function tarSizeFromTarSplit(
   return await sumTarSplit(text, signal);
 }
 
-/** Inline for small inputs, on a codec worker for big ones (keeps the event loop free). */
+/** Inline for small inputs, on the thread pool or in yielding steps for big ones (keeps the event loop free). */
 async function sha256(b: Buffer): Promise<string> {
   if (b.length >= 1 << 20) return await sha256Async(b);
   return 'sha256:' + createHash('sha256').update(b).digest('hex');

@@ -1,0 +1,45 @@
+import type { Chunk } from '../format/model.js';
+import { asStoreError, type StoreError, type ErrorContext } from '../util/errors.js';
+import type { Logger } from '../util/logger.js';
+
+/**
+ * What a LazyLayer knows about its own progress and health, shared by its read path, its
+ * prefetch and its background passes (each in its own module): chunks verified, bytes fetched,
+ * the DiffID verdict, the last error. Plain fields; the owner reports them through state().
+ */
+export class LayerStatus {
+  readonly verified = new Set<string>();
+  verifiedBytes = 0;
+  bytesFetched = 0;
+  prefetchDone = false;
+  backgroundDone = false;
+  fullyVerified = false;
+  /** Length of the decompressed layer, once its DiffID matched. */
+  uncompressedSize: number | undefined;
+  /** Set when the layer failed its DiffID check: every read fails with it (E_LAYER_BAD). */
+  badError: StoreError | undefined;
+  lastError: string | undefined;
+
+  constructor(
+    private readonly logger: Logger,
+    private readonly context: ErrorContext,
+  ) {}
+
+  markVerified(c: Chunk): void {
+    // zeros chunks need no data, so they are not part of chunksTotal either
+    if (c.zeros || this.verified.has(c.digest)) return;
+    this.verified.add(c.digest);
+    this.verifiedBytes += c.size;
+  }
+
+  /** Remember an error for state() and log it. Never throws: it is the last line of defence. */
+  recordError(err: unknown, what: string): void {
+    const e = asStoreError(err, 'E_IO', this.context);
+    this.lastError = `${e.code}: ${e.message}`;
+    try {
+      this.logger.warn({ err: e }, what);
+    } catch {
+      // a failing logger must not turn a recorded error into an unhandled one
+    }
+  }
+}

@@ -1,0 +1,61 @@
+import type { Chunk } from '../format/model.js';
+import type { Logger } from '../util/logger.js';
+import type { ChunkLoader } from './chunk-loader.js';
+import type { LayerStatus } from './layer-status.js';
+
+export interface PrefetchRun {
+  /** Chunks to prefetch, in blob order. */
+  chunks: readonly Chunk[];
+  /** Compressed bytes per batch (one request each). */
+  batchBytes: number;
+  loader: ChunkLoader;
+  status: LayerStatus;
+  signal: AbortSignal;
+  logger: Logger;
+  /** For the log line: where the prefetch region ends. */
+  end: number;
+}
+
+/**
+ * The start-up prefetch of a layer: its chunks loaded in batches of about `batchBytes` compressed
+ * bytes at the preemptible prefetch tier, two batches in flight so that the next request is on its
+ * way when one completes. A failed batch is recorded, not fatal (reads fetch on demand).
+ */
+export async function runPrefetch(r: PrefetchRun): Promise<void> {
+  const started = Date.now();
+  let batch: Chunk[] = [];
+  let batchStart = 0;
+  let failed = 0;
+  const inFlight: Array<Promise<void>> = [];
+  const flush = async (): Promise<void> => {
+    if (batch.length === 0) return;
+    const b = batch;
+    batch = [];
+    inFlight.push(
+      r.loader.load(b, undefined, { priority: 'prefetch', signal: r.signal }).then(
+        () => undefined,
+        (err: unknown) => {
+          failed++;
+          r.status.recordError(err, 'prefetch batch failed');
+        },
+      ),
+    );
+    while (inFlight.length >= 2) await inFlight.shift();
+  };
+  for (const c of r.chunks) {
+    if (r.signal.aborted) break;
+    if (batch.length > 0 && c.compressedEnd - batchStart > r.batchBytes) await flush();
+    if (batch.length === 0) batchStart = c.compressedOffset;
+    batch.push(c);
+  }
+  if (!r.signal.aborted) await flush();
+  await Promise.all(inFlight);
+  if (r.signal.aborted) return;
+  r.status.prefetchDone = true;
+  if (r.chunks.length > 0) {
+    r.logger.debug(
+      { chunks: r.chunks.length, end: r.end, failed, ms: Date.now() - started },
+      'prefetch done',
+    );
+  }
+}
