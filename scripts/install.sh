@@ -81,7 +81,7 @@ if ((BUILD)); then
   echo "install.sh: building" >&2
   npm run --silent build
 fi
-for f in dist/src/cli/main.js dist/src/cli/helper-main.js bin/stargz-store.js bin/stargz-store-helper.js; do
+for f in dist/src/cli/main.js dist/src/cli/helper-main.js bin/stargz-store.js bin/stargz-store-helper.js bin/node-options; do
   [[ -f $f ]] || { echo "install.sh: missing $SRC/$f (build failed?)" >&2; exit 1; }
 done
 
@@ -120,7 +120,10 @@ write_wrapper() { # name entry
     printf '#!/bin/sh\n# Installed by stargz-store scripts/install.sh: runs on the Node installed with it.\n'
     # c/image runs the helper without arguments: give it this install's socket.
     [[ $1 == stargz-store-helper ]] && printf '[ "$#" -eq 0 ] && set -- "%s"\n' "$STATEDIR/store.sock"
-    printf 'exec "%s" "%s/bin/%s" "$@"\n' "$NODE" "$LIBDIR" "$2"
+    # the store runs with the V8 options of bin/node-options (as bin/stargz-store does)
+    local opts=''
+    [[ $1 == stargz-store ]] && opts="$(grep -v '^#' "$LIBDIR/bin/node-options" | tr '\n' ' ')"
+    printf 'exec "%s" %s"%s/bin/%s" "$@"\n' "$NODE" "$opts" "$LIBDIR" "$2"
   } >"$tmp"
   chmod 0755 "$tmp"
   mv -f "$tmp" "$BINDIR/$1"

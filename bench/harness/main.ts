@@ -52,9 +52,7 @@ async function machine(): Promise<Record<string, unknown>> {
 
 async function storeCommands(o: HarnessOptions): Promise<Partial<Record<StoreKind, StoreCommand>>> {
   const ours: StoreCommand = {
-    argv: o.storeBin
-      ? o.storeBin.split(/\s+/).filter(Boolean)
-      : [process.execPath, join(REPO, 'bin/stargz-store.js')],
+    argv: o.storeBin ? o.storeBin.split(/\s+/).filter(Boolean) : [join(REPO, 'bin/stargz-store')], // the launcher production runs (pinned Node, V8 flags)
     stopSignal: 'SIGTERM',
     logLevel: o.storeLogLevel,
     ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),

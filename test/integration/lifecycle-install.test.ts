@@ -147,6 +147,8 @@ describe('scripts/install.sh into a temporary prefix', () => {
   it('the installed wrapper runs the bundled Node 24, whatever node is first on PATH', async () => {
     const text = await readFile(join(prefix, 'bin/stargz-store'), 'utf8');
     expect(text).toContain(join(prefix, 'lib/stargz-store/node_modules/node-linux-'));
+    // and with the V8 options bin/stargz-store uses (bin/node-options)
+    expect(text).toContain('--max-semi-space-size=');
     const r = await run(join(prefix, 'bin/stargz-store'), ['--version'], {
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
