@@ -340,6 +340,7 @@ async function main(): Promise<void> {
               stores,
               seq: ++seq,
               failedLogDir: join(o.out, 'logs'),
+              keepLogs: o.keepLogs,
             });
             // an iteration cut short by Ctrl-C is not a measurement
             if (aborting()) return;

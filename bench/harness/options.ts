@@ -32,6 +32,8 @@ export interface HarnessOptions {
   suite: string;
   mirror?: string;
   buildOnly: boolean;
+  /** Keep every iteration's store log and registry access records under <out>/logs. */
+  keepLogs: boolean;
 }
 
 export const PRESETS = {
@@ -109,6 +111,11 @@ export function buildCommand(): Command {
     .option('--suite <name>', 'Debian suite for debootstrap', 'bookworm')
     .option('--mirror <url>', 'Debian mirror (default: from the apt sources)')
     .option('--build-only', 'build and push the images, then stop', false)
+    .option(
+      '--keep-logs',
+      "keep every iteration's store log and registry access records in <out>/logs",
+      false,
+    )
     .allowExcessArguments(false);
 }
 
@@ -189,5 +196,6 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
     suite: String(o.suite),
     ...(o.mirror ? { mirror: String(o.mirror) } : {}),
     buildOnly: Boolean(o.buildOnly),
+    keepLogs: Boolean(o.keepLogs),
   };
 }

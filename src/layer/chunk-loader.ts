@@ -4,6 +4,7 @@ import { decodeChunk, decodeChunks, isZerosVerified, verifyZeros } from '../form
 import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
+import { SingleFlight } from '../util/single-flight.js';
 import { coalesce, type Span } from './ranges.js';
 import type { Priority, SpanFetcher } from './span-fetcher.js';
 
@@ -25,7 +26,21 @@ export interface LoaderContext {
     signal?: AbortSignal,
   ): Promise<T>;
   onVerified(chunk: Chunk): void;
+  /**
+   * The layer's data chunks sorted by compressed offset (its plan), once known: an on-demand fetch
+   * takes the whole chunks that follow its last missing one along (see `readAroundBytes`).
+   */
+  neighbours?: () => readonly Chunk[] | undefined;
+  /**
+   * Compressed bytes of whole following chunks an on-demand fetch may add past the spans it was
+   * asked for (0: none). On a link with a 30 ms round trip 128 KiB cost about a third of one
+   * round trip at 100 Mbit/s, and files read together at start-up usually lie together in the blob.
+   */
+  readAroundBytes?: number;
 }
+
+/** Default `readAroundBytes`. */
+export const READ_AROUND_BYTES = 128 * 1024;
 
 /** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
 export interface LoadOptions {
@@ -57,7 +72,10 @@ interface PendingSpan extends Span {
  * digest share one promise (single flight), whichever request started it.
  */
 export class ChunkLoader {
-  private readonly inflight = new Map<string, Promise<Buffer>>();
+  private readonly inflight = new SingleFlight<string, Buffer>();
+  /** On-demand entries waiting for the end of this event-loop turn, fetched together. */
+  private batch: Pending[] = [];
+  private batchArmed = false;
 
   constructor(private readonly ctx: LoaderContext) {}
 
@@ -93,7 +111,7 @@ export class ChunkLoader {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
       // Entries registered before anything went wrong still get their fetch (others share them).
-      if (mine.size > 0) void this.resolve([...mine.values()], opts);
+      if (mine.size > 0) this.schedule([...mine.values()], opts);
     }
     const all = Promise.all(results);
     // Only the first rejection is reported; later ones must not surface as unhandled.
@@ -117,6 +135,13 @@ export class ChunkLoader {
     }
     const shared = this.inflight.get(c.digest);
     if (shared !== undefined) return shared.then((b) => this.sized(b, c));
+    const { entry, promise } = this.register(c);
+    mine.set(c.digest, entry);
+    return promise.then((b) => this.sized(b, c));
+  }
+
+  /** A new single-flight entry for `c`, settled by whoever fetches it. */
+  private register(c: Chunk): { entry: Pending; promise: Promise<Buffer> } {
     let resolve!: (b: Buffer) => void;
     let reject!: (e: unknown) => void;
     const p = new Promise<Buffer>((res, rej) => {
@@ -135,13 +160,35 @@ export class ChunkLoader {
         reject(e);
       },
     };
-    const settle = (): void => {
-      if (this.inflight.get(c.digest) === p) this.inflight.delete(c.digest);
-    };
-    p.then(settle, settle);
-    this.inflight.set(c.digest, p);
-    mine.set(c.digest, entry);
-    return p.then((b) => this.sized(b, c));
+    const promise = this.inflight.run(c.digest, () => p);
+    // an entry nobody waits on (read-around) must not surface as an unhandled rejection
+    promise.catch(() => undefined);
+    return { entry, promise };
+  }
+
+  /**
+   * On-demand entries wait for the end of this event-loop turn, so reads the kernel sent together
+   * (several files, several pages) share one coalesced fetch instead of a round trip each.
+   */
+  private schedule(entries: Pending[], opts: LoadOptions): void {
+    const joinNow = entries.every((e) =>
+      this.ctx.fetcher.covers(e.chunk.compressedOffset, e.chunk.compressedEnd),
+    );
+    // prefetch runs in its own batches; bytes already in flight are joined at once, before that
+    // fetch may end
+    if ((opts.priority ?? 'on-demand') !== 'on-demand' || joinNow) {
+      void this.resolve(entries, opts);
+      return;
+    }
+    this.batch.push(...entries);
+    if (this.batchArmed) return;
+    this.batchArmed = true;
+    setImmediate(() => {
+      const b = this.batch;
+      this.batch = [];
+      this.batchArmed = false;
+      void this.resolve(b, {});
+    });
   }
 
   private async zeros(c: Chunk, context: ErrorContext | undefined): Promise<ChunkBytes> {
@@ -237,22 +284,79 @@ export class ChunkLoader {
     }
     if (spans.size === 0) return;
     const gap = priority === 'prefetch' ? this.ctx.prefetchMaxGap : this.ctx.maxGap;
+    const asked = new Set(spans.values());
+    if (priority === 'on-demand') this.readAround(spans);
     const ranges = coalesce([...spans.values()], gap);
-    const bufs = await this.ctx.fetcher.fetch(
-      ranges.map((r) => ({ offset: r.offset, length: r.length })),
-      { priority },
-    );
-    const decodes: Array<Promise<void>> = [];
-    ranges.forEach((r, i) => {
-      const buf = bufs[i]!;
-      for (const s of r.spans) {
-        const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
-        // chunks sharing one member (same span) are decoded together: the member once
-        if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
-        else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
+    let bufs: Buffer[];
+    try {
+      bufs = await this.ctx.fetcher.fetch(
+        ranges.map((r) => ({ offset: r.offset, length: r.length })),
+        { priority },
+      );
+    } catch (err) {
+      // the read-around entries have no caller to settle them
+      for (const s of spans.values()) {
+        if (!asked.has(s)) for (const e of s.entries) e.reject(err);
       }
-    });
+      throw err;
+    }
+    const decodes: Array<Promise<void>> = [];
+    // the spans asked for are decoded first, the read-around ones after them
+    for (const wanted of [true, false]) {
+      ranges.forEach((r, i) => {
+        const buf = bufs[i]!;
+        for (const s of r.spans) {
+          if (asked.has(s) !== wanted) continue;
+          const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
+          // chunks sharing one member (same span) are decoded together: the member once
+          if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
+          else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
+        }
+      });
+    }
     await Promise.all(decodes);
+  }
+
+  /**
+   * Add to `spans` the whole chunks that follow each asked span in the blob, up to
+   * `readAroundBytes` past it, stopping at a chunk already cached or in flight: they cost no extra
+   * round trip now, and a start-up reads files that lie together. Each becomes a single-flight
+   * entry of its own, so a read of it meanwhile joins this fetch.
+   */
+  private readAround(spans: Map<string, PendingSpan>): void {
+    const budget = this.ctx.readAroundBytes ?? READ_AROUND_BYTES;
+    const all = budget > 0 ? this.ctx.neighbours?.() : undefined;
+    if (all === undefined || all.length === 0) return;
+    const asked = [...spans.values()].sort((a, b) => a.offset - b.offset);
+    const askedSet = new Set(asked);
+    let covered = 0;
+    for (const s of asked) {
+      const limit = Math.min(this.ctx.blobSize, s.end + budget);
+      let end = Math.max(s.end, covered);
+      for (let i = firstAtOrAfter(all, s.end); i < all.length; i++) {
+        const c = all[i]!;
+        // a hole (other data, another file's metadata) larger than a gap ends the run
+        if (c.compressedOffset > end + this.ctx.maxGap || c.compressedEnd > limit) break;
+        if (c.zeros || !isValidDigest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
+        const key = `${c.compressedOffset}:${c.compressedEnd}`;
+        const fresh = !this.inflight.has(c.digest) && !this.ctx.cache.has(c.digest);
+        const existing = spans.get(key);
+        if (existing !== undefined) {
+          // another chunk of a span already planned (chunks sharing one member)
+          if (fresh && !askedSet.has(existing)) existing.entries.push(this.register(c).entry);
+          end = Math.max(end, c.compressedEnd);
+          continue;
+        }
+        if (!fresh) break;
+        spans.set(key, {
+          offset: c.compressedOffset,
+          end: c.compressedEnd,
+          entries: [this.register(c).entry],
+        });
+        end = c.compressedEnd;
+      }
+      covered = Math.max(covered, end);
+    }
   }
 
   private async decodeShared(span: Buffer, entries: Pending[]): Promise<void> {
@@ -291,4 +395,16 @@ export class ChunkLoader {
       e.reject(asStoreError(err, 'E_DECOMPRESS', this.ctx.context));
     }
   }
+}
+
+/** Index of the first chunk whose compressed span starts at or after `offset` (binary search). */
+function firstAtOrAfter(sorted: readonly Chunk[], offset: number): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]!.compressedOffset < offset) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }

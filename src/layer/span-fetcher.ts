@@ -77,6 +77,18 @@ export class SpanFetcher {
     return this.flights.map((f) => ({ offset: f.offset, length: f.end - f.offset }));
   }
 
+  /** Is all of [offset, end) inside spans in flight (not aborted)? */
+  covers(offset: number, end: number): boolean {
+    let pos = offset;
+    for (const f of [...this.flights].sort((a, b) => a.offset - b.offset)) {
+      if (f.batch.ctl.signal.aborted || f.end <= pos) continue;
+      if (f.offset > pos) return false;
+      pos = f.end;
+      if (pos >= end) return true;
+    }
+    return pos >= end;
+  }
+
   /** Exactly the bytes of each range, same order. */
   async fetch(ranges: readonly ByteRange[], opts: SpanFetchOptions): Promise<Buffer[]> {
     for (const r of ranges) {
@@ -236,6 +248,10 @@ export class SpanFetcher {
       batch.pinned++;
     }
     const ranges = spans.map((s) => ({ offset: s.offset, length: s.end - s.offset }));
+    this.ctx.logger.debug(
+      { priority: opts.priority, ranges: ranges.length, bytes: ranges.reduce((a, r) => a + r.length, 0) },
+      'span fetch',
+    );
     const call = this.ctx.source
       .readRanges(ranges, { signal: batch.ctl.signal, bypassCache: opts.bypassCache === true })
       .then((bufs) => {

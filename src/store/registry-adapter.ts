@@ -21,7 +21,7 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
       };
     },
     async openBlob(ref, digest, size, signal) {
-      return await client.openBlob(parseReference(ref), digest, { size, signal });
+      return await client.openBlob(parseReference(ref), digest, { size, signal, skipProbe: true });
     },
   };
 }
