@@ -5,7 +5,8 @@ import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { SingleFlight } from '../util/single-flight.js';
-import { coalesce, type Span } from './ranges.js';
+import { coalesce } from './ranges.js';
+import { READ_AROUND_BYTES, ReadAround } from './read-around.js';
 import type { Priority, SpanFetcher } from './span-fetcher.js';
 
 export interface LoaderContext {
@@ -39,8 +40,7 @@ export interface LoaderContext {
   readAroundBytes?: number;
 }
 
-/** Default `readAroundBytes`. */
-export const READ_AROUND_BYTES = 128 * 1024;
+export { READ_AROUND_BYTES, MAX_READ_AROUND_BYTES } from './read-around.js';
 
 /** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
 export interface LoadOptions {
@@ -62,7 +62,11 @@ interface Pending {
 export const ZEROS = null;
 export type ChunkBytes = Buffer | typeof ZEROS;
 
-interface PendingSpan extends Span {
+interface PendingSpan {
+  offset: number;
+  /** Exclusive. */
+  end: number;
+  /** Chunks decoded from this span (none: read-around bytes, only kept locally). */
   entries: Pending[];
 }
 
@@ -76,8 +80,21 @@ export class ChunkLoader {
   /** On-demand entries waiting for the end of this event-loop turn, fetched together. */
   private batch: Pending[] = [];
   private batchArmed = false;
+  private readonly around: ReadAround;
 
-  constructor(private readonly ctx: LoaderContext) {}
+  constructor(private readonly ctx: LoaderContext) {
+    this.around = new ReadAround({
+      blobSize: ctx.blobSize,
+      maxGap: ctx.maxGap,
+      // read-around bytes are kept by the local compressed store; without one they would be lost
+      baseBytes: ctx.fetcher.keepsBytes ? (ctx.readAroundBytes ?? READ_AROUND_BYTES) : 0,
+      neighbours: () => ctx.neighbours?.(),
+      isFresh: (c) =>
+        !this.inflight.has(c.digest) &&
+        !ctx.cache.has(c.digest) &&
+        !ctx.fetcher.holds(c.compressedOffset, c.compressedEnd),
+    });
+  }
 
   /** In-memory bytes for every chunk, or undefined if any needs I/O (the synchronous fast path). */
   tryMemory(chunks: readonly Chunk[]): ChunkBytes[] | undefined {
@@ -284,79 +301,27 @@ export class ChunkLoader {
     }
     if (spans.size === 0) return;
     const gap = priority === 'prefetch' ? this.ctx.prefetchMaxGap : this.ctx.maxGap;
-    const asked = new Set(spans.values());
-    if (priority === 'on-demand') this.readAround(spans);
-    const ranges = coalesce([...spans.values()], gap);
-    let bufs: Buffer[];
-    try {
-      bufs = await this.ctx.fetcher.fetch(
-        ranges.map((r) => ({ offset: r.offset, length: r.length })),
-        { priority },
-      );
-    } catch (err) {
-      // the read-around entries have no caller to settle them
-      for (const s of spans.values()) {
-        if (!asked.has(s)) for (const e of s.entries) e.reject(err);
-      }
-      throw err;
+    const all: PendingSpan[] = [...spans.values()];
+    // read-around only rides along a request that goes to the network anyway
+    if (priority === 'on-demand' && all.some((s) => !this.ctx.fetcher.holds(s.offset, s.end))) {
+      for (const x of this.around.extra(all)) all.push({ offset: x.offset, end: x.end, entries: [] });
     }
+    const ranges = coalesce(all, gap);
+    const bufs = await this.ctx.fetcher.fetch(
+      ranges.map((r) => ({ offset: r.offset, length: r.length })),
+      { priority },
+    );
     const decodes: Array<Promise<void>> = [];
-    // the spans asked for are decoded first, the read-around ones after them
-    for (const wanted of [true, false]) {
-      ranges.forEach((r, i) => {
-        const buf = bufs[i]!;
-        for (const s of r.spans) {
-          if (asked.has(s) !== wanted) continue;
-          const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
-          // chunks sharing one member (same span) are decoded together: the member once
-          if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
-          else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
-        }
-      });
-    }
-    await Promise.all(decodes);
-  }
-
-  /**
-   * Add to `spans` the whole chunks that follow each asked span in the blob, up to
-   * `readAroundBytes` past it, stopping at a chunk already cached or in flight: they cost no extra
-   * round trip now, and a start-up reads files that lie together. Each becomes a single-flight
-   * entry of its own, so a read of it meanwhile joins this fetch.
-   */
-  private readAround(spans: Map<string, PendingSpan>): void {
-    const budget = this.ctx.readAroundBytes ?? READ_AROUND_BYTES;
-    const all = budget > 0 ? this.ctx.neighbours?.() : undefined;
-    if (all === undefined || all.length === 0) return;
-    const asked = [...spans.values()].sort((a, b) => a.offset - b.offset);
-    const askedSet = new Set(asked);
-    let covered = 0;
-    for (const s of asked) {
-      const limit = Math.min(this.ctx.blobSize, s.end + budget);
-      let end = Math.max(s.end, covered);
-      for (let i = firstAtOrAfter(all, s.end); i < all.length; i++) {
-        const c = all[i]!;
-        // a hole (other data, another file's metadata) larger than a gap ends the run
-        if (c.compressedOffset > end + this.ctx.maxGap || c.compressedEnd > limit) break;
-        if (c.zeros || !isValidDigest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
-        const key = `${c.compressedOffset}:${c.compressedEnd}`;
-        const fresh = !this.inflight.has(c.digest) && !this.ctx.cache.has(c.digest);
-        const existing = spans.get(key);
-        if (existing !== undefined) {
-          // another chunk of a span already planned (chunks sharing one member)
-          if (fresh && !askedSet.has(existing)) existing.entries.push(this.register(c).entry);
-          end = Math.max(end, c.compressedEnd);
-          continue;
-        }
-        if (!fresh) break;
-        spans.set(key, {
-          offset: c.compressedOffset,
-          end: c.compressedEnd,
-          entries: [this.register(c).entry],
-        });
-        end = c.compressedEnd;
+    ranges.forEach((r, i) => {
+      const buf = bufs[i]!;
+      for (const s of r.spans) {
+        const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
+        // chunks sharing one member (same span) are decoded together: the member once
+        if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
+        else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
       }
-      covered = Math.max(covered, end);
-    }
+    });
+    await Promise.all(decodes);
   }
 
   private async decodeShared(span: Buffer, entries: Pending[]): Promise<void> {
@@ -395,16 +360,4 @@ export class ChunkLoader {
       e.reject(asStoreError(err, 'E_DECOMPRESS', this.ctx.context));
     }
   }
-}
-
-/** Index of the first chunk whose compressed span starts at or after `offset` (binary search). */
-function firstAtOrAfter(sorted: readonly Chunk[], offset: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid]!.compressedOffset < offset) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

@@ -262,19 +262,10 @@ export class LayerResolver {
       return this.finish(e, saved, handle);
     }
     const found = this.known.match(ref, digest) ?? (await this.findLayer(ref, digest, signal));
-    if (!e.eager) this.known.learn(ref, found);
-    try {
-      return await this.resolveFound(e, found, signal);
-    } finally {
-      // the layer asked for first gets the network and the CPU (its TOC parse) to itself; the
-      // image's other layers start resolving once it has its answer (or failed), ahead of the
-      // client's next lookups
-      if (!e.eager) this.resolveSiblings(ref, found);
+    if (!e.eager) {
+      this.known.learn(ref, found);
+      this.resolveSiblings(ref, found);
     }
-  }
-
-  private async resolveFound(e: Entry, found: LayerMatch, signal: AbortSignal): Promise<ResolvedLayer> {
-    const { ref, digest } = e;
     const { descriptor: desc, matchedBy, diffId } = found;
     if (!isSupportedMedia(desc.mediaType)) {
       throw new NotLazyError(`unsupported layer media type ${desc.mediaType}`, { ref, digest });
