@@ -53,7 +53,8 @@ async function storeCommands(o: HarnessOptions): Promise<Partial<Record<StoreKin
   const ours: StoreCommand = {
     argv: o.storeBin
       ? o.storeBin.split(/\s+/).filter(Boolean)
-      : [process.execPath, join(REPO, 'bin/stargz-store.js')],
+      : // the wrapper runs the store on the Node the package pins, whatever node runs the harness
+        [join(REPO, 'bin/stargz-store')],
     stopSignal: 'SIGTERM',
     logLevel: o.storeLogLevel,
     ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),

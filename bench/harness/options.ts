@@ -69,7 +69,7 @@ export function buildCommand(): Command {
       '--modes <list>',
       'subset of modes (full-gzip, partial-zstd-chunked, lazy-estargz, lazy-esgz-opt, lazy-zstd-chunked, baseline-*)',
     )
-    .option('--store-bin <cmd>', 'our store command (default: node <repo>/bin/stargz-store.js)')
+    .option('--store-bin <cmd>', 'our store command (default: <repo>/bin/stargz-store, on the pinned Node)')
     .option('--store-config <file>', 'config.toml passed to both stores (default: an empty one)')
     .option('--store-log-level <level>', 'log level passed to the stores', 'info')
     .option(
