@@ -52,7 +52,10 @@ async function machine(): Promise<Record<string, unknown>> {
 
 async function storeCommands(o: HarnessOptions): Promise<Partial<Record<StoreKind, StoreCommand>>> {
   const ours: StoreCommand = {
-    argv: o.storeBin ? o.storeBin.split(/\s+/).filter(Boolean) : [join(REPO, 'bin/stargz-store')], // the launcher production runs (pinned Node, V8 flags)
+    argv: o.storeBin
+      ? o.storeBin.split(/\s+/).filter(Boolean)
+      : // the launcher production runs: the pinned Node with bin/node-options, whatever node runs the harness
+        [join(REPO, 'bin/stargz-store')],
     stopSignal: 'SIGTERM',
     logLevel: o.storeLogLevel,
     ...(o.storeConfig ? { config: resolve(o.storeConfig) } : {}),
@@ -351,6 +354,7 @@ async function main(): Promise<void> {
               stores,
               seq: ++seq,
               failedLogDir: join(o.out, 'logs'),
+              keepLogs: o.keepLogs,
             });
             // an iteration cut short by Ctrl-C is not a measurement
             if (aborting()) return stopBar();

@@ -205,6 +205,8 @@ export interface IterationContext {
   seq: number;
   /** Store logs of failed iterations are kept here. */
   failedLogDir?: string;
+  /** Keep the store log and the window's access records of every iteration (in failedLogDir). */
+  keepLogs?: boolean;
   /** The image's layers (digest, compressed size) for per-layer figures. */
   layers?: ReadonlyArray<{ digest: string; size: number }>;
   /** Time each layer's lookup on a fresh store first (see probeLookups). */
@@ -244,7 +246,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
           if (ms !== undefined) l.resolveMs = ms;
         }
       }
-      if (!res.ok && ctx.failedLogDir) {
+      if ((!res.ok || ctx.keepLogs === true) && ctx.failedLogDir) {
         await mkdir(ctx.failedLogDir, { recursive: true });
         await copyFile(join(dir, 'store.log'), join(ctx.failedLogDir, `${name}.store.log`)).catch(
           () => undefined,
@@ -314,6 +316,14 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     await sleep(300);
     const end = path.registry.mark();
     res.registry = path.registry.usageSince(mark, end);
+    if (ctx.keepLogs === true && ctx.failedLogDir) {
+      // request by request, the pull phase first (afterPull: the first record of the run phase)
+      await mkdir(ctx.failedLogDir, { recursive: true });
+      const recs = path.registry
+        .records(mark, end)
+        .map((r) => ({ ...r, phase: r.seq < afterPull ? 'pull' : 'run' }));
+      await writeFile(join(ctx.failedLogDir, `${name}.access.json`), JSON.stringify(recs, null, 1));
+    }
     res.pullRegistry = path.registry.usageSince(mark, afterPull);
     res.runRegistry = summarizeAccess(path.registry.records(afterPull, end));
     if (ctx.layers) {

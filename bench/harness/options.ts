@@ -32,6 +32,8 @@ export interface HarnessOptions {
   suite: string;
   mirror?: string;
   buildOnly: boolean;
+  /** Keep every iteration's store log and registry access records under <out>/logs. */
+  keepLogs: boolean;
 }
 
 export const PRESETS = {
@@ -67,10 +69,7 @@ export function buildCommand(): Command {
       '--modes <list>',
       'subset of modes (full-gzip, partial-zstd-chunked, lazy-estargz, lazy-esgz-opt, lazy-zstd-chunked, baseline-*)',
     )
-    .option(
-      '--store-bin <cmd>',
-      'our store command (default: <repo>/bin/stargz-store, the launcher production runs)',
-    )
+    .option('--store-bin <cmd>', 'our store command (default: <repo>/bin/stargz-store, on the pinned Node)')
     .option('--store-config <file>', 'config.toml passed to both stores (default: an empty one)')
     .option('--store-log-level <level>', 'log level passed to the stores', 'info')
     .option(
@@ -112,6 +111,11 @@ export function buildCommand(): Command {
     .option('--suite <name>', 'Debian suite for debootstrap', 'bookworm')
     .option('--mirror <url>', 'Debian mirror (default: from the apt sources)')
     .option('--build-only', 'build and push the images, then stop', false)
+    .option(
+      '--keep-logs',
+      "keep every iteration's store log and registry access records in <out>/logs",
+      false,
+    )
     .allowExcessArguments(false);
 }
 
@@ -192,5 +196,6 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
     suite: String(o.suite),
     ...(o.mirror ? { mirror: String(o.mirror) } : {}),
     buildOnly: Boolean(o.buildOnly),
+    keepLogs: Boolean(o.keepLogs),
   };
 }

@@ -28,6 +28,11 @@ export interface OpenLayerOptions {
   maxEntries?: number;
   /** Where the TOC probably starts (e.g. from `manifest-position`): read [hint, end) at once. */
   tocOffsetHint?: number;
+  /**
+   * Without a hint, the first read takes this many bytes of the blob's end (footer + most TOCs in
+   * one round trip; a larger TOC costs one more read of only its missing start). Default 256 KiB.
+   */
+  tailGuessBytes?: number;
   signal?: AbortSignal;
 }
 
@@ -39,6 +44,8 @@ export const DEFAULT_MAX_TOC_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_MAX_ENTRIES = 1_000_000;
 /** Enough for every footer kind (72 bytes for current zstd:chunked). */
 const TAIL_BYTES = 72;
+/** Default first read without a hint: at 100 Mbit/s about one 20 ms transfer, less than a round trip. */
+export const TAIL_GUESS_BYTES = 256 * 1024;
 /** Extra room for a hinted read: zstd:chunked also stores tar-split between manifest and footer. */
 const HINT_SLACK = 16 * 1024 * 1024;
 
@@ -58,7 +65,10 @@ class TailCache {
       });
     }
     if (offset >= this.start) return this.tail.subarray(offset - this.start, offset - this.start + length);
-    return await readBlob(this.reader, offset, length, this.signal);
+    if (offset + length <= this.start) return await readBlob(this.reader, offset, length, this.signal);
+    // only the part before the tail is fetched
+    const head = await readBlob(this.reader, offset, this.start - offset, this.signal);
+    return Buffer.concat([head, this.tail.subarray(0, offset + length - this.start)]);
   }
 }
 
@@ -97,9 +107,11 @@ export async function readLayerToc(reader: RangeReader, opts: OpenLayerOptions =
     }
     // One read for the footer, or footer + TOC when a plausible hint is given. The hint is
     // backed off by one skippable-frame header so zstd:chunked framing is covered too.
-    let start = blobSize - Math.min(TAIL_BYTES, blobSize);
+    const guess = Math.max(TAIL_BYTES, Math.floor(opts.tailGuessBytes ?? TAIL_GUESS_BYTES));
+    let start = blobSize - Math.min(guess, blobSize);
     const hint = opts.tocOffsetHint;
-    if (hint !== undefined && Number.isSafeInteger(hint) && hint >= 0 && hint < start) {
+    const footerStart = blobSize - Math.min(TAIL_BYTES, blobSize);
+    if (hint !== undefined && Number.isSafeInteger(hint) && hint >= 0 && hint < footerStart) {
       const from = Math.max(0, hint - SKIPPABLE_HEADER_SIZE);
       if (blobSize - from <= maxTocBytes + HINT_SLACK) start = from;
     }

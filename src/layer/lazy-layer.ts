@@ -92,6 +92,7 @@ export class LazyLayer {
       runFetch: (priority, fn, signal) =>
         priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
       onVerified: (c) => this.status.markVerified(c),
+      neighbours: () => this.planCache?.chunks,
     });
   }
 

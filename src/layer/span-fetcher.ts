@@ -4,6 +4,7 @@ import type { Clock } from '../util/clock.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
+import { ProgressDelivery } from './progress-delivery.js';
 
 /** Who asks: on-demand reads and prefetch pin a shared fetch; background work may be preempted. */
 export type Priority = 'on-demand' | 'prefetch' | 'background';
@@ -75,6 +76,28 @@ export class SpanFetcher {
   /** Spans currently in flight (tests, status). */
   inFlight(): ByteRange[] {
     return this.flights.map((f) => ({ offset: f.offset, length: f.end - f.offset }));
+  }
+
+  /** Are fetched bytes kept locally (a local compressed store with a sink)? */
+  get keepsBytes(): boolean {
+    return this.ctx.localBytes !== undefined && this.ctx.onCompressedBytes !== undefined;
+  }
+
+  /** Held by the local compressed store, or in flight: no need to fetch [offset, end) again. */
+  holds(offset: number, end: number): boolean {
+    return this.ctx.localBytes?.covered(offset, end - offset) === true || this.covers(offset, end);
+  }
+
+  /** Is all of [offset, end) inside spans in flight (not aborted)? */
+  covers(offset: number, end: number): boolean {
+    let pos = offset;
+    for (const f of [...this.flights].sort((a, b) => a.offset - b.offset)) {
+      if (f.batch.ctl.signal.aborted || f.end <= pos) continue;
+      if (f.offset > pos) return false;
+      pos = f.end;
+      if (pos >= end) return true;
+    }
+    return pos >= end;
   }
 
   /** Exactly the bytes of each range, same order. */
@@ -236,18 +259,42 @@ export class SpanFetcher {
       batch.pinned++;
     }
     const ranges = spans.map((s) => ({ offset: s.offset, length: s.end - s.offset }));
+    this.ctx.logger.debug(
+      { priority: opts.priority, ranges: ranges.length, bytes: ranges.reduce((a, r) => a + r.length, 0) },
+      'span fetch',
+    );
+    // a background batch may be given up half way: its bytes go to the local store as they arrive
+    const progress =
+      opts.priority === 'background' && this.ctx.onCompressedBytes !== undefined
+        ? new ProgressDelivery((offset, data) => this.deliver(offset, data))
+        : undefined;
     const call = this.ctx.source
-      .readRanges(ranges, { signal: batch.ctl.signal, bypassCache: opts.bypassCache === true })
-      .then((bufs) => {
-        checkLengths(ranges, bufs, this.ctx.context);
-        let total = 0;
-        for (let i = 0; i < ranges.length; i++) {
-          total += ranges[i]!.length;
-          this.deliver(ranges[i]!.offset, bufs[i]!);
-        }
-        this.ctx.onFetched(total);
-        return bufs;
-      });
+      .readRanges(ranges, {
+        signal: batch.ctl.signal,
+        bypassCache: opts.bypassCache === true,
+        ...(progress !== undefined ? { onProgress: progress.onProgress } : {}),
+      })
+      .then(
+        (bufs) => {
+          checkLengths(ranges, bufs, this.ctx.context);
+          let total = 0;
+          for (let i = 0; i < ranges.length; i++) {
+            total += ranges[i]!.length;
+            if (progress !== undefined) progress.deliverRest(ranges[i]!.offset, bufs[i]!);
+            else this.deliver(ranges[i]!.offset, bufs[i]!);
+          }
+          this.ctx.onFetched(total);
+          return bufs;
+        },
+        (err: unknown) => {
+          // what arrived before the fetch failed or was given up is kept (and counted) all the same
+          if (progress !== undefined) {
+            progress.flush();
+            if (progress.deliveredBytes > 0) this.ctx.onFetched(progress.deliveredBytes);
+          }
+          throw err;
+        },
+      );
     const startedAt = this.ctx.clock?.now() ?? 0;
     const flights = spans.map((s, i): Flight => ({
       offset: s.offset,

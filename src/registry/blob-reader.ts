@@ -10,9 +10,12 @@ import { abortedError, raceSignal } from '../util/abort.js';
 import type { Transport } from './transport.js';
 import { RangeFetchShared } from './range-fetch-shared.js';
 import { covered, extract, subtract } from './span-bytes.js';
-import type { WholeBlobStream } from './whole-blob-stream.js';
+import { BlobStreamReads } from './blob-stream-reads.js';
 
 export type { ByteRange } from './byte-ranges.js';
+
+/** Blob bytes as they arrive (ReadRangesOptions.onProgress). */
+type Progress = (offset: number, data: Buffer) => void;
 export { RangeFetchShared, type RangeFetchSharedOptions } from './range-fetch-shared.js';
 
 export interface BlobReaderStats {
@@ -79,6 +82,7 @@ export class RegistryBlobReader implements BlobReader {
   private readonly logger: Logger;
   private readonly ctx: ErrorContext;
   private readonly counters: BlobReaderStats = { requests: 0, bytes: 0 };
+  private readonly streamReads: BlobStreamReads;
 
   constructor(private readonly o: RegistryBlobReaderOptions) {
     this.digest = o.digest;
@@ -86,6 +90,16 @@ export class RegistryBlobReader implements BlobReader {
     this.logger = o.shared.logger;
     this.ctx = { digest: o.digest };
     if (o.endpoints.length === 0) throw new StoreError('E_CONFIG', 'no registry endpoint', this.ctx);
+    this.streamReads = new BlobStreamReads({
+      transport: o.transport,
+      shared: o.shared,
+      ref: o.ref,
+      digest: o.digest,
+      size: o.size,
+      fetchTimeoutMs: o.fetchTimeoutMs,
+      counters: this.counters,
+      ctx: this.ctx,
+    });
   }
 
   stats(): BlobReaderStats {
@@ -110,7 +124,10 @@ export class RegistryBlobReader implements BlobReader {
    * `bypassCache`: never answer from the sink's store (bytes come from a host).
    */
   async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
-    const out = await this.fetchRanges(ranges, opts.signal, { bypassCache: opts.bypassCache === true });
+    const out = await this.fetchRanges(ranges, opts.signal, {
+      bypassCache: opts.bypassCache === true,
+      onProgress: opts.onProgress,
+    });
     checkLengths(ranges, out, this.ctx);
     return out;
   }
@@ -122,7 +139,7 @@ export class RegistryBlobReader implements BlobReader {
   private async fetchRanges(
     ranges: readonly ByteRange[],
     signal?: AbortSignal,
-    opts: { bypassCache?: boolean } = {},
+    opts: { bypassCache?: boolean; onProgress?: Progress | undefined } = {},
   ): Promise<Buffer[]> {
     const useSink = opts.bypassCache !== true;
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
@@ -138,7 +155,7 @@ export class RegistryBlobReader implements BlobReader {
       const ep = eps[i]!;
       const isLast = i === eps.length - 1;
       try {
-        const spans = await this.fromHost(ep, missing, signal, isLast, useSink);
+        const spans = await this.fromHost(ep, missing, signal, isLast, useSink, opts.onProgress);
         got.push(...spans);
         missing = subtract(missing, spans);
         this.o.shared.health.succeeded(ep.origin);
@@ -160,7 +177,7 @@ export class RegistryBlobReader implements BlobReader {
     for (const ep of fallbacks) {
       if (missing.length === 0) break;
       try {
-        const spans = await this.fromHost(ep, missing, signal, true, useSink);
+        const spans = await this.fromHost(ep, missing, signal, true, useSink, opts.onProgress);
         got.push(...spans);
         missing = subtract(missing, spans);
       } catch (err) {
@@ -199,6 +216,7 @@ export class RegistryBlobReader implements BlobReader {
     signal: AbortSignal | undefined,
     isLast: boolean,
     useSink: boolean,
+    onProgress?: Progress,
   ): Promise<Span[]> {
     const profile = this.o.shared.profiles.get(ep.origin);
     const out: Span[] = [];
@@ -216,7 +234,7 @@ export class RegistryBlobReader implements BlobReader {
           missing = subtract(missing, kept);
           if (missing.length === 0) break;
         }
-        const r = await this.viaStream(
+        const r = await this.streamReads.viaStream(
           ep,
           this.o.shared.streams.get(ep.origin, this.digest),
           missing,
@@ -254,7 +272,7 @@ export class RegistryBlobReader implements BlobReader {
         let answered!: () => void;
         const probe = new Promise<void>((r) => (answered = r));
         profile.probe = probe;
-        const p = this.rangeRequest(ep, first[0]!, signal, isLast, answered);
+        const p = this.rangeRequest(ep, first[0]!, signal, isLast, answered, onProgress);
         void p
           .catch(() => undefined)
           .finally(() => {
@@ -264,7 +282,7 @@ export class RegistryBlobReader implements BlobReader {
         spans.push(...(await p));
       }
       const results = await mapLimit(groups, this.o.concurrency ?? 4, (g) =>
-        this.rangeRequest(ep, g, signal, isLast),
+        this.rangeRequest(ep, g, signal, isLast, undefined, onProgress),
       );
       for (const s of results) spans.push(...s);
       out.push(...spans);
@@ -304,6 +322,7 @@ export class RegistryBlobReader implements BlobReader {
     signal: AbortSignal | undefined,
     isLast: boolean,
     answered?: () => void,
+    onProgress?: Progress,
   ): Promise<Span[]> {
     const profile = this.o.shared.profiles.get(ep.origin);
     const ctx = { ...this.ctx, host: ep.host, offset: g[0]!.offset, ranges: g.length };
@@ -325,7 +344,7 @@ export class RegistryBlobReader implements BlobReader {
         async (res) => {
           this.counters.requests++;
           this.o.shared.count(ep.origin, 0, 1);
-          return consumeRangeOrStream(res, g, this.size, this.digest, ctx);
+          return consumeRangeOrStream(res, g, this.size, this.digest, ctx, onProgress);
         },
       );
     } catch (err) {
@@ -365,126 +384,11 @@ export class RegistryBlobReader implements BlobReader {
           return [];
         }
         const stream = this.o.shared.streams.create(ep.origin, this.digest, this.size);
-        const waits = this.wantAll(stream, g, signal, ep, isLast).waits;
-        this.feed(ep, stream, res);
+        const waits = this.streamReads.wantAll(stream, g, signal, ep, isLast).waits;
+        this.streamReads.feed(ep, stream, res);
         answered?.();
         return Promise.all(waits);
       }
     }
-  }
-
-  /**
-   * Join `stream` for each range it can still deliver. Left out (`behind`): ranges it passed, and
-   * for a `split` mirror with a host behind it, ranges too far ahead to wait for.
-   */
-  private wantAll(
-    stream: WholeBlobStream,
-    ranges: readonly ByteRange[],
-    signal: AbortSignal | undefined,
-    ep: Endpoint,
-    isLast: boolean,
-  ): { waits: Array<Promise<Span>>; behind: ByteRange[] } {
-    const waits: Array<Promise<Span>> = [];
-    const behind: ByteRange[] = [];
-    const limit =
-      ep.rangedReads === 'split' && !isLast ? stream.position + this.o.shared.splitAheadBytes : Infinity;
-    for (const r of ranges) {
-      if (r.offset >= limit) {
-        behind.push(r);
-        continue;
-      }
-      const p = stream.want(r.offset, r.length, signal);
-      if (p) waits.push(p.then((data) => ({ offset: r.offset, data })));
-      else behind.push(r);
-    }
-    return { waits, behind };
-  }
-
-  /**
-   * Serve ranges from the live whole-blob stream of (ep, blob), starting one (a plain GET) when
-   * there is none. Ranges already behind the stream come back in `behind`.
-   */
-  private async viaStream(
-    ep: Endpoint,
-    live: WholeBlobStream | undefined,
-    ranges: ByteRange[],
-    signal: AbortSignal | undefined,
-    isLast: boolean,
-  ): Promise<{ spans: Span[]; behind: ByteRange[]; stream: WholeBlobStream | undefined }> {
-    if (!live && !this.o.shared.sink && ep.rangedReads === 'split' && !isLast) {
-      // nothing would wait on a new stream and nothing keeps its bytes: do not start one
-      const limit = this.o.shared.splitAheadBytes;
-      if (ranges.every((r) => r.offset >= limit)) {
-        return { spans: [], behind: ranges, stream: undefined };
-      }
-    }
-    const stream = live ?? this.o.shared.streams.create(ep.origin, this.digest, this.size);
-    const { waits, behind } = this.wantAll(stream, ranges, signal, ep, isLast);
-    if (!live) this.openStream(ep, stream);
-    return { spans: await Promise.all(waits), behind, stream };
-  }
-
-  /** GET the whole blob for `stream` (no Range: the host would ignore it) under the stream's own life. */
-  private openStream(ep: Endpoint, stream: WholeBlobStream): void {
-    this.logger.info({ host: ep.host, digest: this.digest }, 'streaming the whole blob once from this host');
-    const ctl = new AbortController();
-    void stream.ended.then(() => ctl.abort(new StoreError('E_ABORTED', 'stream over', this.ctx)));
-    this.o.transport
-      .send(
-        {
-          ep,
-          path: `blobs/${this.digest}`,
-          headers: { 'accept-encoding': 'identity' },
-          ref: this.o.ref,
-          what: 'blob',
-          signal: ctl.signal,
-          deadlineMs: this.o.fetchTimeoutMs,
-          context: { digest: this.digest },
-        },
-        async (res) => {
-          this.counters.requests++;
-          this.o.shared.count(ep.origin, 0, 1);
-          const ctx = { ...this.ctx, host: ep.host };
-          const o = await consumeRangeOrStream(
-            res,
-            [{ offset: 0, length: this.size }],
-            this.size,
-            this.digest,
-            ctx,
-          );
-          if (o.kind === 'whole-blob-stream') return o.res;
-          if (o.kind === 'multi-rejected')
-            throw new StoreError('E_REGISTRY_PROTOCOL', 'unexpected answer', ctx);
-          // A 206 for the whole blob: fine, but consumeRangeOrStream read it already
-          throw new StoreError('E_REGISTRY_PROTOCOL', 'expected the whole blob, got a partial answer', ctx);
-        },
-      )
-      .then(
-        (res) => this.feed(ep, stream, res),
-        (err: unknown) => stream.fail(err),
-      );
-  }
-
-  /** Run `stream` from a 200 response, counting its bytes against the host. */
-  private feed(
-    ep: Endpoint,
-    stream: WholeBlobStream,
-    res: { body: AsyncIterable<Buffer> & { destroy(e?: Error): unknown } },
-  ): void {
-    const counters = this.counters;
-    const shared = this.o.shared;
-    async function* counted(): AsyncGenerator<Buffer> {
-      for await (const b of res.body) {
-        counters.bytes += b.length;
-        shared.count(ep.origin, b.length, 0);
-        yield b;
-      }
-    }
-    stream.run({
-      body: counted(),
-      abort: (reason) => {
-        res.body.destroy(reason instanceof Error ? reason : undefined);
-      },
-    });
   }
 }

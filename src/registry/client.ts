@@ -189,8 +189,13 @@ export class RegistryClient {
   async openBlob(
     ref: ImageRef,
     digest: Digest,
-    opts: { size?: number; signal?: AbortSignal } = {},
+    opts: { size?: number; signal?: AbortSignal; skipProbe?: boolean } = {},
   ): Promise<BlobReader> {
+    if (opts.skipProbe === true && opts.size !== undefined) {
+      // the size comes from a verified manifest and every range answer is checked against it
+      // (Content-Range total), a missing blob fails over like any read: no HEAD round trip first
+      return this.blobReader(ref, digest, opts.size, this.fleet.health.order(this.endpoints(ref), digest));
+    }
     const linked = linkSignals([opts.signal], this.o.resolveTimeoutMs);
     try {
       const started = Date.now();
@@ -215,23 +220,30 @@ export class RegistryClient {
           }
           // range reads start on the host that answered, the hosts after it stay for fail-over
           const eps = this.endpoints(ref);
-          return new RegistryBlobReader({
-            transport: this.transport,
-            shared: this.fleet,
-            endpoints: [ep, ...eps.slice(eps.findIndex((e) => e.origin === ep.origin) + 1)],
-            ref: ref.toString(),
-            digest,
-            size,
-            forceSingleRange: this.o.forceSingleRange,
-            fetchTimeoutMs: this.o.fetchTimeoutMs,
-            concurrency: this.o.concurrency,
-            singleRangeGap: 256 * 1024,
-          });
+          return this.blobReader(ref, digest, size, [
+            ep,
+            ...eps.slice(eps.findIndex((e) => e.origin === ep.origin) + 1),
+          ]);
         },
         linked.signal,
       );
     } finally {
       linked.dispose();
     }
+  }
+
+  private blobReader(ref: ImageRef, digest: Digest, size: number, endpoints: Endpoint[]): BlobReader {
+    return new RegistryBlobReader({
+      transport: this.transport,
+      shared: this.fleet,
+      endpoints,
+      ref: ref.toString(),
+      digest,
+      size,
+      forceSingleRange: this.o.forceSingleRange,
+      fetchTimeoutMs: this.o.fetchTimeoutMs,
+      concurrency: this.o.concurrency,
+      singleRangeGap: 256 * 1024,
+    });
   }
 }

@@ -42,6 +42,7 @@ export async function consumeRangeOrStream(
   size: number,
   digest: string,
   ctx: ErrorContext,
+  onProgress?: (offset: number, data: Buffer) => void,
 ): Promise<RangeOutcome> {
   const c = { ...ctx, status: res.status };
   const dcd = headerString(res.headers['docker-content-digest']);
@@ -82,7 +83,7 @@ export async function consumeRangeOrStream(
       await dump(res);
       throw err;
     }
-    const { spans, bytes } = await collectRanges(res, ranges, cr.start, cr.end + 1, c);
+    const { spans, bytes } = await collectRanges(res, ranges, cr.start, cr.end + 1, c, onProgress);
     return { kind: 'parts', spans, bytes, multipart: false };
   }
   if (res.status === 200) {
@@ -222,6 +223,7 @@ async function collectRanges(
   base: number,
   bodyEnd: number,
   ctx: ErrorContext,
+  onProgress?: (offset: number, data: Buffer) => void,
 ): Promise<{ spans: Span[]; bytes: number }> {
   const spans: Span[] = [];
   for (const r of ranges) {
@@ -250,7 +252,11 @@ async function collectRanges(
         if (s.offset >= bEnd) break;
         const from = Math.max(pos, s.offset);
         const to = Math.min(bEnd, s.offset + s.data.length);
-        if (from < to) b.copy(s.data, from - s.offset, from - pos, to - pos);
+        if (from < to) {
+          b.copy(s.data, from - s.offset, from - pos, to - pos);
+          // the requested bytes as they arrive (a caller that gives up keeps them)
+          onProgress?.(from, b.subarray(from - pos, to - pos));
+        }
       }
       while (si < spans.length && spans[si]!.offset + spans[si]!.data.length <= bEnd) si++;
       pos = bEnd;

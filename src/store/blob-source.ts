@@ -20,6 +20,9 @@ export type MultiRangeReader = RangeReader & Partial<BlobRangeSource>;
 export class LazyBlob implements RangeReader, BlobRangeSource {
   private opening: Promise<MultiRangeReader> | undefined;
   private opened: MultiRangeReader | undefined;
+  /** Bytes [heldStart, size) read when the TOC was opened (footer, TOC, the data before it). */
+  private held: Buffer | undefined;
+  private heldStart = Infinity;
 
   constructor(
     readonly size: number,
@@ -60,17 +63,47 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
     return raceSignal(this.opening, signal, this.ctx);
   }
 
+  /**
+   * Keep the blob's end (from `offset`), read once to open the TOC: reads of it (the last files'
+   * chunks, the background pass) are answered from here instead of fetching those bytes again.
+   */
+  holdTail(offset: number, bytes: Buffer): void {
+    if (offset + bytes.length !== this.size || offset >= this.heldStart) return;
+    this.held = bytes;
+    this.heldStart = offset;
+  }
+
   async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
+    if (offset >= this.heldStart) return this.fromHeld(offset, length);
     return await (await this.reader(signal)).read(offset, length, signal);
   }
 
-  /** The blob-read contract; `bypassCache` travels to the opened reader. */
+  /**
+   * The blob-read contract; `bypassCache` travels to the opened reader (and skips the held tail).
+   * Only the parts before the held tail go to the registry.
+   */
   async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
+    const start = opts.bypassCache === true ? Infinity : this.heldStart;
+    if (ranges.every((r) => r.offset >= start)) return ranges.map((r) => this.fromHeld(r.offset, r.length));
+    const remote = ranges
+      .filter((r) => r.offset < start)
+      .map((r) => ({ offset: r.offset, length: Math.min(r.length, start - r.offset) }));
     const inner = asBlobSource(await this.reader(opts.signal));
-    return await inner.readRanges(ranges, opts);
+    const got = await inner.readRanges(remote, opts);
+    let i = 0;
+    return ranges.map((r) => {
+      if (r.offset >= start) return this.fromHeld(r.offset, r.length);
+      const head = got[i++]!;
+      if (r.offset + r.length <= start) return head;
+      return Buffer.concat([head, this.fromHeld(start, r.offset + r.length - start)]);
+    });
+  }
+
+  private fromHeld(offset: number, length: number): Buffer {
+    return this.held!.subarray(offset - this.heldStart, offset - this.heldStart + length);
   }
 }
 
@@ -118,6 +151,15 @@ export class RecordingReader implements RangeReader {
     const data = await this.inner.read(offset, length, signal);
     this.spans.push({ offset, data });
     return data;
+  }
+
+  /** Where the recorded reads begin to cover the blob's end without a hole (size: nothing recorded). */
+  tailStart(): number {
+    let start = this.size;
+    for (const s of [...this.spans].sort((a, b) => b.offset - a.offset)) {
+      if (s.offset + s.data.length >= start) start = Math.min(start, s.offset);
+    }
+    return start;
   }
 
   /** Bytes [from, size) if the recorded reads cover them, else undefined. */

@@ -43,6 +43,8 @@ export interface OpenLayerOptions {
   /** Only to report "not the promised TOC" rather than a parse error; verification is the caller's. */
   expectedTocDigest?: string;
   tocOffsetHint?: number;
+  /** Bytes of the blob's end the first read takes (see format/open-layer.ts). */
+  tailGuessBytes?: number;
   signal?: AbortSignal;
 }
 

@@ -24,7 +24,7 @@ export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
       };
     },
     async openBlob(ref, digest, size, signal) {
-      return await client.openBlob(ref, digest, { size, signal });
+      return await client.openBlob(ref, digest, { size, signal, skipProbe: true });
     },
   };
 }

@@ -4,6 +4,9 @@ import { RecordingReader, TailReader, type LazyBlob } from './blob-source.js';
 import type { OpenLayerFn } from './deps.js';
 import type { MetaStore } from './meta-store.js';
 
+/** The blob's end read for the TOC is kept in memory for later reads up to this size. */
+const MAX_HELD_TAIL = 4 * 1024 * 1024;
+
 /** Room kept before the TOC when its bytes are saved (zstd:chunked frame header). */
 const FRAME_HEADER = 8;
 
@@ -37,9 +40,14 @@ export class TocTails {
       try {
         const toc = await this.openLayer(new TailReader(blob, saved.start, saved.bytes), {
           expectedTocDigest: spec.tocDigest,
+          // the first read takes exactly the saved bytes: nothing before them is needed
+          tailGuessBytes: saved.bytes.length,
           signal,
         });
-        return toc.verify(spec.tocDigest);
+        const index = toc.verify(spec.tocDigest);
+        // the background pass reads these bytes too: from here, not the registry
+        if (saved.bytes.length <= MAX_HELD_TAIL) blob.holdTail(saved.start, saved.bytes);
+        return index;
       } catch (err) {
         if (signal.aborted) throw err;
         this.logger.warn({ ...ctx, err }, 'saved TOC cannot be used; reading it again');
@@ -53,6 +61,11 @@ export class TocTails {
     if (spec.tocOffsetHint !== undefined) opts.tocOffsetHint = spec.tocOffsetHint;
     // the one TOC digest check: the index exists only if the TOC is the one the image names
     const index = (await this.openLayer(rec, opts)).verify(spec.tocDigest);
+    // the end of the blob read for the TOC (the TOC's first read takes some data before it)
+    // answers later reads of those bytes: fetched once
+    const readFrom = rec.tailStart();
+    const readTail = readFrom < spec.blobSize ? rec.tail(readFrom) : undefined;
+    if (readTail !== undefined && readTail.length <= MAX_HELD_TAIL) blob.holdTail(readFrom, readTail);
     // what the format reader needs again: from the TOC (zstd: its frame header) to the end
     const start = Math.max(0, index.tocOffset - (index.compression === 'zstd' ? FRAME_HEADER : 0));
     try {

@@ -16,6 +16,12 @@ export interface ReadRangesOptions {
    * corrupted local copy cannot condemn a good layer.
    */
   bypassCache?: boolean | undefined;
+  /**
+   * Optional: told of blob bytes [offset, offset + data.length) as they arrive, before the call
+   * resolves (sources that stream single-range answers do; others may never call it). `data` is
+   * valid only during the call. A caller that gives up keeps what it was told of.
+   */
+  onProgress?: ((offset: number, data: Buffer) => void) | undefined;
 }
 
 /**

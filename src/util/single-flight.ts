@@ -10,13 +10,16 @@ export class SingleFlight<K, V> {
   run(key: K, fn: () => Promise<V>): Promise<V> {
     const existing = this.running.get(key);
     if (existing !== undefined) return existing;
-    const p = (async () => {
-      try {
-        return await fn();
-      } finally {
-        this.running.delete(key);
-      }
-    })();
+    let started: Promise<V>;
+    try {
+      started = fn();
+    } catch (err) {
+      started = Promise.reject(err as Error);
+    }
+    // settles after `p` is in the table, even when `fn` failed synchronously
+    const p: Promise<V> = started.finally(() => {
+      if (this.running.get(key) === p) this.running.delete(key);
+    });
     this.running.set(key, p);
     return p;
   }
@@ -24,6 +27,14 @@ export class SingleFlight<K, V> {
   /** The running call for `key`, if any (to join without starting one). */
   get(key: K): Promise<V> | undefined {
     return this.running.get(key);
+  }
+
+  /**
+   * Drop `key`'s entry now if it is still `call` (its callers gave up on it): later callers start
+   * afresh instead of joining a call that may be stuck. `call` itself still settles as it will.
+   */
+  forget(key: K, call: Promise<V>): void {
+    if (this.running.get(key) === call) this.running.delete(key);
   }
 
   has(key: K): boolean {

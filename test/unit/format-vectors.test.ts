@@ -176,14 +176,17 @@ describe('vector A (eStargz, gzip 9, chunk 4, prioritized foo/bar.txt)', () => {
     expect(isStoreError(err, 'E_TOC_DIGEST_MISMATCH')).toBe(true);
   });
 
-  test('reads only the footer and the TOC (2 requests; 1 with a TOC offset hint)', async () => {
+  test('reads only the footer and the TOC (1 request when the TOC fits the first read or with a hint; else 2)', async () => {
     const { buf } = await loadBlob(VECTOR_A);
     const plain = new CountingReader(buf);
-    await openLayer(plain);
+    await openLayer(plain, { tailGuessBytes: 72 });
     expect(plain.requests).toEqual([
       [A.size - 72, 72],
-      [A.tocOffset, A.size - 51 - A.tocOffset],
+      [A.tocOffset, A.size - 72 - A.tocOffset],
     ]);
+    const guessed = new CountingReader(buf);
+    await openLayer(guessed);
+    expect(guessed.requests).toEqual([[Math.max(0, A.size - 256 * 1024), Math.min(A.size, 256 * 1024)]]);
     const hinted = new CountingReader(buf);
     await openLayer(hinted, { tocOffsetHint: A.tocOffset });
     expect(hinted.requests.length).toBe(1);

@@ -213,11 +213,15 @@ describe('zstd:chunked (current containers/storage flavour)', () => {
     await openLayer(reader, { tocOffsetHint: b.manifestOffset });
     expect(reader.requests).toEqual([[b.manifestOffset - 8, b.blob.length - b.manifestOffset + 8]]);
     const plain = new CountingReader(b.blob);
-    await openLayer(plain);
+    await openLayer(plain, { tailGuessBytes: 72 });
     expect(plain.requests).toEqual([
       [b.blob.length - 72, 72],
       [b.manifestOffset - 8, b.compressedManifest.length + 8],
     ]);
+    // without a hint the first read takes the end of a small blob whole: footer and manifest at once
+    const guessed = new CountingReader(b.blob);
+    await openLayer(guessed);
+    expect(guessed.requests).toEqual([[0, b.blob.length]]);
   });
 
   test('strict footer: manifest type, magic, ranges, skippable framing', async () => {

@@ -50,3 +50,31 @@ describe('SingleFlight', () => {
     expect([...sf.values()]).toHaveLength(0);
   });
 });
+
+describe('SingleFlight edge cases', () => {
+  it('a call that throws synchronously is not kept', async () => {
+    const sf = new SingleFlight<string, number>();
+    await expect(
+      sf.run('k', () => {
+        throw new Error('sync');
+      }),
+    ).rejects.toThrow('sync');
+    expect(sf.has('k')).toBe(false);
+  });
+
+  it('forget drops a call its callers gave up on; the next caller starts afresh', async () => {
+    const sf = new SingleFlight<string, number>();
+    let release!: (v: number) => void;
+    const stuck = sf.run('k', () => new Promise<number>((r) => (release = r)));
+    sf.forget('k', stuck);
+    expect(sf.has('k')).toBe(false);
+    const fresh = sf.run('k', () => Promise.resolve(2));
+    release(1);
+    expect(await stuck).toBe(1);
+    expect(await fresh).toBe(2);
+    // the stuck call settling later does not remove the fresh one's entry
+    const again = sf.run('k', () => new Promise<number>(() => undefined));
+    sf.forget('k', stuck);
+    expect(sf.get('k')).toBe(again);
+  });
+});
