@@ -111,6 +111,19 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
  * Bytes [start, size) of a blob held in memory (the saved TOC + footer), everything before them
  * from `inner`. Lets the format reader re-open a layer from disk without the registry.
  */
+/**
+ * The blob when only its saved tail exists (a check, start-up pins): anything before the tail
+ * would need the registry, so reading it fails.
+ */
+export class OfflineBlob implements RangeReader {
+  constructor(readonly size: number) {}
+  read(offset: number): Promise<Buffer> {
+    return Promise.reject(
+      new StoreError('E_TRUNCATED', `saved TOC does not cover offset ${offset}; it would need the registry`),
+    );
+  }
+}
+
 export class TailReader implements RangeReader {
   constructor(
     private readonly inner: RangeReader,

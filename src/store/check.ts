@@ -5,8 +5,7 @@ import { addProblem, checkChunkCache, type CheckOptions, type CheckReport } from
 import type { LayerIndex } from '../format/model.js';
 import { openLayer } from '../format/open-layer.js';
 import { StoreError } from '../util/errors.js';
-import type { RangeReader } from '../util/range-reader.js';
-import { TailReader } from './blob-source.js';
+import { OfflineBlob, TailReader } from './blob-source.js';
 import { MetaStore } from './meta-store.js';
 import type { LayerRecord } from './record.js';
 import { rootLayout } from '../util/root-layout.js';
@@ -27,16 +26,6 @@ export interface StoreCheckResult extends CheckReport {
 }
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
-
-/** A blob reader for a check: only the saved tail exists; anything before it would need the registry. */
-class OfflineBlob implements RangeReader {
-  constructor(readonly size: number) {}
-  read(offset: number): Promise<Buffer> {
-    return Promise.reject(
-      new StoreError('E_TRUNCATED', `saved TOC does not cover offset ${offset}; it would need the registry`),
-    );
-  }
-}
 
 function isRecord(r: unknown, ref: string | undefined): r is LayerRecord {
   const x = r as Partial<LayerRecord> | null;
@@ -149,6 +138,8 @@ export async function checkStoreRoot(root: string, opts: CheckOptions): Promise<
         try {
           const index = await openLayer(new TailReader(new OfflineBlob(r.blobSize), tail.start, tail.bytes), {
             expectedTocDigest: r.tocDigest,
+            // the first read takes exactly the saved bytes: nothing before them is needed
+            tailGuessBytes: tail.bytes.length,
           });
           if (!tocMatches(index, r.tocDigest)) why = `TOC does not match ${r.tocDigest}`;
         } catch (err) {

@@ -2,24 +2,14 @@ import { readFile } from 'node:fs/promises';
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { isSha256Digest } from '../cache/paths.js';
 import { openLayer } from '../format/open-layer.js';
-import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
-import type { RangeReader } from '../util/range-reader.js';
 import { rootLayout } from '../util/root-layout.js';
-import { TailReader } from './blob-source.js';
+import { OfflineBlob, TailReader } from './blob-source.js';
 import { MetaStore } from './meta-store.js';
 import type { PinRecord } from './pins.js';
 
 /** The cache pin set that holds pins.json's chunks from start-up until the pins are held again. */
 export const START_PINS = '(pins.json at start-up)';
-
-/** Only the saved TOC tail exists offline: anything before it would need the registry. */
-class OfflineBlob implements RangeReader {
-  constructor(readonly size: number) {}
-  read(offset: number): Promise<Buffer> {
-    return Promise.reject(new StoreError('E_TRUNCATED', `saved TOC does not cover offset ${offset}`));
-  }
-}
 
 /**
  * Chunk digests of every layer pins.json pins (images not `failed`), from what is on disk alone:
@@ -45,7 +35,10 @@ export async function pinnedChunksOnDisk(root: string, logger: Logger = silentLo
         const tail = r && (await meta.getTocTail(r.blobDigest, r.blobSize));
         if (!r || !tail) continue;
         const reader = new TailReader(new OfflineBlob(r.blobSize), tail.start, tail.bytes);
-        const index = await openLayer(reader, { expectedTocDigest: r.tocDigest });
+        const index = await openLayer(reader, {
+          expectedTocDigest: r.tocDigest,
+          tailGuessBytes: tail.bytes.length,
+        });
         for (const n of index.nodes) {
           for (const c of n?.chunks ?? []) if (!c.zeros && isSha256Digest(c.digest)) out.add(c.digest);
         }
