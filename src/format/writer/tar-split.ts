@@ -48,26 +48,20 @@ const LO: Uint32Array[] = [];
     LO.push(l);
   }
 }
-const [H0, H1, H2, H3, H4, H5, H6, H7] = HI as [
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-];
-const [L0, L1, L2, L3, L4, L5, L6, L7] = LO as [
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-  Uint32Array,
-];
+/**
+ * The 8 slicing tables of both 32-bit halves in one array: entry (k, byte) of table k is at
+ * 2 * (256 * k + byte) for the low word and the next index for the high word, so each of the 8
+ * lookups of a step computes its index once for both halves.
+ */
+const T = new Uint32Array(8 * 256 * 2);
+for (let k = 0; k < 8; k++) {
+  for (let i = 0; i < 256; i++) {
+    T[2 * (256 * k + i)] = LO[k]![i]!;
+    T[2 * (256 * k + i) + 1] = HI[k]![i]!;
+  }
+}
+const L0 = LO[0]!;
+const H0 = HI[0]!;
 
 export class Crc64Iso {
   private hi = 0xffffffff;
@@ -81,24 +75,18 @@ export class Crc64Iso {
     for (; i < n8; i += 8) {
       const a = lo ^ (buf[i]! | (buf[i + 1]! << 8) | (buf[i + 2]! << 16) | (buf[i + 3]! << 24));
       const b = hi ^ (buf[i + 4]! | (buf[i + 5]! << 8) | (buf[i + 6]! << 16) | (buf[i + 7]! << 24));
-      lo =
-        L7[a & 0xff]! ^
-        L6[(a >>> 8) & 0xff]! ^
-        L5[(a >>> 16) & 0xff]! ^
-        L4[a >>> 24]! ^
-        L3[b & 0xff]! ^
-        L2[(b >>> 8) & 0xff]! ^
-        L1[(b >>> 16) & 0xff]! ^
-        L0[b >>> 24]!;
+      // byte j of the 8 (a's low byte first) looks up table 7 - j
+      const p7 = 2 * (256 * 7 + (a & 0xff));
+      const p6 = 2 * (256 * 6 + ((a >>> 8) & 0xff));
+      const p5 = 2 * (256 * 5 + ((a >>> 16) & 0xff));
+      const p4 = 2 * (256 * 4 + (a >>> 24));
+      const p3 = 2 * (256 * 3 + (b & 0xff));
+      const p2 = 2 * (256 * 2 + ((b >>> 8) & 0xff));
+      const p1 = 2 * (256 + ((b >>> 16) & 0xff));
+      const p0 = 2 * (b >>> 24);
+      lo = T[p7]! ^ T[p6]! ^ T[p5]! ^ T[p4]! ^ T[p3]! ^ T[p2]! ^ T[p1]! ^ T[p0]!;
       hi =
-        H7[a & 0xff]! ^
-        H6[(a >>> 8) & 0xff]! ^
-        H5[(a >>> 16) & 0xff]! ^
-        H4[a >>> 24]! ^
-        H3[b & 0xff]! ^
-        H2[(b >>> 8) & 0xff]! ^
-        H1[(b >>> 16) & 0xff]! ^
-        H0[b >>> 24]!;
+        T[p7 + 1]! ^ T[p6 + 1]! ^ T[p5 + 1]! ^ T[p4 + 1]! ^ T[p3 + 1]! ^ T[p2 + 1]! ^ T[p1 + 1]! ^ T[p0 + 1]!;
     }
     for (; i < buf.length; i++) {
       const idx = (lo ^ buf[i]!) & 0xff;
