@@ -1,15 +1,19 @@
+import { Lru } from '../util/lru.js';
+
 /**
- * In-memory LRU of verified chunk buffers, bounded in bytes. Map insertion order is the recency
- * order (a hit re-inserts the key), so eviction just walks from the oldest end.
+ * In-memory LRU of verified chunk buffers, bounded in bytes: the store's one LRU (util/lru.ts)
+ * sized by buffer length, plus the rule that keeps one large entry from flushing all others.
  */
 export class MemoryLru {
-  private readonly map = new Map<string, Buffer>();
-  private bytes = 0;
+  private readonly lru: Lru<string, Buffer>;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(private readonly maxBytes: number) {
+    this.lru = new Lru({ maxSize: maxBytes, sizeOf: (b) => b.length });
+  }
 
+  /** Bytes held. */
   get size(): number {
-    return this.bytes;
+    return this.lru.totalSize;
   }
 
   /** The byte budget. */
@@ -18,49 +22,28 @@ export class MemoryLru {
   }
 
   get count(): number {
-    return this.map.size;
+    return this.lru.size;
   }
 
   get(key: string): Buffer | undefined {
-    const buf = this.map.get(key);
-    if (buf !== undefined) {
-      this.map.delete(key);
-      this.map.set(key, buf);
-    }
-    return buf;
+    return this.lru.get(key);
   }
 
   has(key: string): boolean {
-    return this.map.has(key);
+    return this.lru.has(key);
   }
 
   set(key: string, buf: Buffer): void {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
     if (buf.length > this.maxBytes / 4) return;
-    const old = this.map.get(key);
-    if (old !== undefined) {
-      this.map.delete(key);
-      this.bytes -= old.length;
-    }
-    this.map.set(key, buf);
-    this.bytes += buf.length;
-    for (const [k, v] of this.map) {
-      if (this.bytes <= this.maxBytes) break;
-      this.map.delete(k);
-      this.bytes -= v.length;
-    }
+    this.lru.set(key, buf);
   }
 
   delete(key: string): void {
-    const old = this.map.get(key);
-    if (old !== undefined) {
-      this.map.delete(key);
-      this.bytes -= old.length;
-    }
+    this.lru.delete(key);
   }
 
   clear(): void {
-    this.map.clear();
-    this.bytes = 0;
+    this.lru.clear();
   }
 }

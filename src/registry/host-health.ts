@@ -1,3 +1,5 @@
+import { Lru } from '../util/lru.js';
+
 /**
  * Which hosts to avoid for a while. A mirror that failed (5xx, timeout, refused connection) is
  * skipped for a cool-down that doubles with each consecutive failure, then tried again; a mirror
@@ -23,16 +25,15 @@ export class HostHealth {
   private readonly now: () => number;
   private readonly cooldownMs: number;
   private readonly maxCooldownMs: number;
-  private readonly maxBlobMisses: number;
   private readonly hosts = new Map<string, HostState>();
   /** `origin|digest` -> retry after */
-  private readonly blobMisses = new Map<string, number>();
+  private readonly blobMisses: Lru<string, true>;
 
   constructor(o: HostHealthOptions = {}) {
     this.now = o.now ?? Date.now;
     this.cooldownMs = o.cooldownMs ?? 30_000;
     this.maxCooldownMs = Math.max(this.cooldownMs, o.maxCooldownMs ?? 300_000);
-    this.maxBlobMisses = o.maxBlobMisses ?? 4096;
+    this.blobMisses = new Lru({ maxEntries: o.maxBlobMisses ?? 4096, now: this.now });
   }
 
   /** The host failed as a whole: skip it until its cool-down ends. */
@@ -47,12 +48,7 @@ export class HostHealth {
 
   /** The host does not have this blob (404): skip it for this blob only. */
   blobMissing(origin: string, digest: string): void {
-    const k = `${origin}|${digest}`;
-    this.blobMisses.delete(k);
-    this.blobMisses.set(k, this.now() + this.cooldownMs);
-    if (this.blobMisses.size > this.maxBlobMisses) {
-      this.blobMisses.delete(this.blobMisses.keys().next().value as string);
-    }
+    this.blobMisses.set(`${origin}|${digest}`, true, this.now() + this.cooldownMs);
   }
 
   /** A successful answer ends the host's cool-down and failure streak. */
@@ -66,12 +62,7 @@ export class HostHealth {
     const s = this.hosts.get(origin);
     if (s && t < s.until) return true;
     if (digest !== undefined) {
-      const k = `${origin}|${digest}`;
-      const until = this.blobMisses.get(k);
-      if (until !== undefined) {
-        if (t < until) return true;
-        this.blobMisses.delete(k);
-      }
+      if (this.blobMisses.get(`${origin}|${digest}`) === true) return true;
     }
     return false;
   }

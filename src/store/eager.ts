@@ -1,6 +1,7 @@
 import { matchLayer } from '../registry/index.js';
 import { tocAnnotation } from '../registry/manifest.js';
 import type { LayerMatch } from './deps.js';
+import { Lru } from '../util/lru.js';
 
 /** How long a manifest's layer list answers lookups of its other layers without the registry. */
 const KNOWN_IMAGE_TTL_MS = 10 * 60_000;
@@ -14,31 +15,29 @@ const KNOWN_IMAGES_MAX = 256;
  * meanwhile cannot make a remembered match wrong, only absent (then the registry is asked).
  */
 export class KnownImages {
-  private readonly byRef = new Map<string, { match: LayerMatch; until: number }>();
+  private readonly byRef: Lru<string, LayerMatch>;
 
-  learn(ref: string, found: LayerMatch, now = Date.now()): void {
-    if (!found.layers) return;
-    this.byRef.delete(ref);
-    if (this.byRef.size >= KNOWN_IMAGES_MAX) this.byRef.delete(this.byRef.keys().next().value!);
-    this.byRef.set(ref, { match: found, until: now + KNOWN_IMAGE_TTL_MS });
+  constructor(private readonly now: () => number = Date.now) {
+    this.byRef = new Lru({ maxEntries: KNOWN_IMAGES_MAX, now });
   }
 
-  match(ref: string, digest: string, now = Date.now()): LayerMatch | undefined {
+  learn(ref: string, found: LayerMatch): void {
+    if (!found.layers) return;
+    this.byRef.set(ref, found, this.now() + KNOWN_IMAGE_TTL_MS);
+  }
+
+  match(ref: string, digest: string): LayerMatch | undefined {
     const known = this.byRef.get(ref);
     if (!known) return undefined;
-    if (known.until <= now) {
-      this.byRef.delete(ref);
-      return undefined;
-    }
-    const layers = known.match.layers!;
+    const layers = known.layers!;
     const hit = matchLayer(
       layers.map((l) => l.descriptor),
       digest,
     );
     if (!hit) return undefined;
     return {
-      manifestDigest: known.match.manifestDigest,
-      configDigest: known.match.configDigest,
+      manifestDigest: known.manifestDigest,
+      configDigest: known.configDigest,
       descriptor: hit.descriptor,
       matchedBy: hit.matchedBy,
       diffId: layers[hit.layerIndex]!.diffId,
