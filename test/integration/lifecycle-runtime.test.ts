@@ -39,4 +39,11 @@ describe('bin/ launchers', () => {
     const pinned = pkg.optionalDependencies[`node-linux-${process.arch}`];
     expect(stdout.trim()).toBe(`stargz-store-helper ${pkg.version} (node v${pinned})`);
   });
+
+  it('scripts/npm-ci.sh runs npm on the Node package.json pins', async () => {
+    const { stdout } = await promisify(execFile)('bash', [join(REPO, 'scripts/npm-ci.sh'), '--print-pin']);
+    expect(stdout.trim()).toBe(
+      `node-linux-${process.arch}@${pkg.optionalDependencies[`node-linux-${process.arch}`]}`,
+    );
+  });
 });
