@@ -16,13 +16,13 @@ export interface SchedulerOptions {
   /** Time source (tests inject a ManualClock). Default: performance.now() and real timers. */
   clock?: Clock;
   /**
-   * Background CPU steps (chunk decodes) running at once. Default 1, which leaves the other codec
-   * worker free for on-demand reads.
+   * Background CPU steps (chunk decodes) running at once. Default 1, which leaves the other core
+   * free for on-demand reads.
    */
   backgroundCpuConcurrency?: number;
   /**
-   * Whole-layer DiffID passes hashing at once, across all layers (each holds one worker thread
-   * and a decompressor for its whole pass, measured at 35-40 MiB RSS). Default 2 (a pass
+   * Whole-layer DiffID passes hashing at once, across all layers (each holds a decompressor and a
+   * running hash for its whole pass). Default 2 (a pass
    * holds its slot while its layer is being read, so one slot could starve the other layers).
    */
   hashConcurrency?: number;
@@ -85,8 +85,8 @@ export class FetchScheduler {
   }
 
   /**
-   * Run a whole hashing pass (`fn`) once one of the store-wide hash slots is free, so the number of
-   * DiffID worker threads stays bounded however many layers are mounted.
+   * Run a whole hashing pass (`fn`) once one of the store-wide hash slots is free, so the memory and
+   * CPU of DiffID passes stay bounded however many layers are mounted.
    */
   async withHashSlot<T>(fn: () => Promise<T>, cancel?: AbortSignal): Promise<T> {
     this.hashWaiting++;
