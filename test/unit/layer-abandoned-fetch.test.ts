@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import { LazyLayer } from '../../src/layer/index.js';
 import { buildFixture, mixedSpecs, TestSource, type Fixture } from './layer-fixture.js';
-import { closeTempCache, fixtureLayer, openTempCache } from './layer-harness.js';
+import { closeTempCache, fixtureLayer, node, openTempCache } from './layer-harness.js';
 
 let root: string;
 let cache: ChunkCache;
@@ -21,12 +21,6 @@ function makeLayer(fx: Fixture, source: TestSource, deadlineMs: number): LazyLay
   const layer = fixtureLayer(fx, source, cache, { deadlineMs });
   layers.push(layer);
   return layer;
-}
-
-function node(fx: Fixture, path: string) {
-  const n = fx.nodes.get(path);
-  if (n === undefined) throw new Error(`no ${path}`);
-  return n;
 }
 
 describe.each(['gzip', 'zstd'] as const)('abandoned fetches (%s)', (compression) => {

@@ -40,3 +40,10 @@ export function fixtureLayer(
     ...extra,
   });
 }
+
+/** The tree node of `path` in the fixture (throws if there is none). */
+export function node(fx: Fixture, path: string) {
+  const n = fx.nodes.get(path);
+  if (n === undefined) throw new Error(`no ${path}`);
+  return n;
+}

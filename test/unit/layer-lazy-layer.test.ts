@@ -15,7 +15,7 @@ import {
 import type { Logger } from '../../src/util/logger.js';
 import { decompressionCount } from '../../src/format/codec.js';
 import { buildFixture, mixedSpecs, sha256, TestSource, type Fixture } from './layer-fixture.js';
-import { closeTempCache, fixtureLayer, openTempCache } from './layer-harness.js';
+import { closeTempCache, fixtureLayer, node, openTempCache } from './layer-harness.js';
 
 const zstdCompress = (createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer })
   .compress;
@@ -36,12 +36,6 @@ function makeLayer(
   const layer = fixtureLayer(fx, source, c, extra);
   layers.push(layer);
   return layer;
-}
-
-function node(fx: Fixture, path: string) {
-  const n = fx.nodes.get(path);
-  if (n === undefined) throw new Error(`no ${path}`);
-  return n;
 }
 
 async function cachedFiles(): Promise<string[]> {
