@@ -89,6 +89,22 @@ describe('pinned chunks and the cache start-up trim', () => {
     return out;
   }
 
+  /**
+   * Make the pinned chunks the least recently used (pinned long ago, never read since): the
+   * chunks that are not pinned and their bytes. Both sets hold more than one chunk.
+   */
+  async function agePinnedChunks(root: string, pinnedHexes: string[]) {
+    const before = await chunkFiles(root);
+    const unpinnedHexes = [...before.keys()].filter((h) => !pinnedHexes.includes(h));
+    expect(pinnedHexes.length).toBeGreaterThan(1);
+    expect(unpinnedHexes.length).toBeGreaterThan(1);
+    const old = new Date('2020-01-01T00:00:00Z');
+    for (const h of pinnedHexes) await utimes(before.get(h)!, old, old);
+    let unpinnedBytes = 0;
+    for (const h of unpinnedHexes) unpinnedBytes += (await stat(before.get(h)!)).size;
+    return { unpinnedHexes, unpinnedBytes };
+  }
+
   it('keeps every chunk pins.json pins; evicts only unpinned ones', async () => {
     const { pinned, other, otherFiles } = await pushPinnedAndOther('test/pintrim', [600, 400]);
 
@@ -114,15 +130,7 @@ describe('pinned chunks and the cache start-up trim', () => {
     } finally {
       await run.stop();
     }
-    const before = await chunkFiles(root);
-    const unpinnedHexes = [...before.keys()].filter((h) => !pinnedHexes.includes(h));
-    expect(pinnedHexes.length).toBeGreaterThan(1);
-    expect(unpinnedHexes.length).toBeGreaterThan(1);
-    // the pinned chunks are the least recently used (pinned long ago, never read since)
-    const old = new Date('2020-01-01T00:00:00Z');
-    for (const h of pinnedHexes) await utimes(before.get(h)!, old, old);
-    let unpinnedBytes = 0;
-    for (const h of unpinnedHexes) unpinnedBytes += (await stat(before.get(h)!)).size;
+    const { unpinnedHexes, unpinnedBytes } = await agePinnedChunks(root, pinnedHexes);
     const control = join(dir, 'control');
     await cp(root, control, { recursive: true });
 
@@ -175,14 +183,7 @@ describe('pinned chunks and the cache start-up trim', () => {
     } finally {
       expect(await cli.stop()).toEqual({ code: 0, signal: null });
     }
-    const before = await chunkFiles(root);
-    const unpinnedHexes = [...before.keys()].filter((h) => !pinnedHexes.includes(h));
-    expect(pinnedHexes.length).toBeGreaterThan(1);
-    expect(unpinnedHexes.length).toBeGreaterThan(1);
-    const old = new Date('2020-01-01T00:00:00Z');
-    for (const h of pinnedHexes) await utimes(before.get(h)!, old, old);
-    let unpinnedBytes = 0;
-    for (const h of unpinnedHexes) unpinnedBytes += (await stat(before.get(h)!)).size;
+    const { unpinnedHexes, unpinnedBytes } = await agePinnedChunks(root, pinnedHexes);
 
     // restart with a bound the cache exceeds: the start-up trim runs before the pins resume
     await registry.stop();
