@@ -43,14 +43,10 @@ export interface ServeCliOptions {
 export async function startServeCli(o: ServeCliOptions): Promise<ServeCli> {
   const listener = await startNotifyListener(o.notifySocket);
   try {
-    const child = spawn(
-      process.execPath,
-      [...o.cli, '--config', o.config, '--root', o.root, '--addr', o.addr, o.mountpoint],
-      {
-        env: { ...(o.env ?? process.env), NOTIFY_SOCKET: listener.socket },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      },
-    );
+    const child = spawn(process.execPath, [...o.cli, ...serveArgs(o), o.mountpoint], {
+      env: { ...(o.env ?? process.env), NOTIFY_SOCKET: listener.socket },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let err = '';
     const waiters: Array<{ text: string; resolve: () => void }> = [];
     child.stderr!.on('data', (d: Buffer) => {
@@ -89,6 +85,11 @@ export async function startServeCli(o: ServeCliOptions): Promise<ServeCli> {
   } finally {
     await listener.close();
   }
+}
+
+/** `--config <config> --root <root> --addr <addr>`: where a serve process reads and keeps its state. */
+export function serveArgs(o: { config: string; root: string; addr: string }): string[] {
+  return ['--config', o.config, '--root', o.root, '--addr', o.addr];
 }
 
 /** A one-shot `stargz-store <args>` (status, doctor, ...), run to its end. */

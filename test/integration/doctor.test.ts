@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { runDoctor } from '../../src/cli/doctor-command.js';
 import type { DoctorReport } from '../../src/cli/doctor.js';
 import { startCliStore } from '../helpers/cli-store.js';
-import { doctorArgs } from '../helpers/serve-cli.js';
+import { doctorArgs, serveArgs } from '../helpers/serve-cli.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage } from '../helpers/store.js';
 
@@ -91,12 +91,7 @@ describe('doctor (real store process, real registry)', () => {
     const store = await startCliStore(
       [
         CLI,
-        '--config',
-        config,
-        '--root',
-        root,
-        '--addr',
-        sock,
+        ...serveArgs({ config, root, addr: sock }),
         '--log-level',
         'warn',
         '--metrics-address',

@@ -11,7 +11,7 @@ import { probeOne, runChild } from '../helpers/fuse.js';
 import { assembleImage, encodeLayer, makeTar, pushImageHttp, sha256 } from '../helpers/oci-image.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { expectNoSecrets } from '../helpers/secrets.js';
-import { doctorArgs } from '../helpers/serve-cli.js';
+import { doctorArgs, serveArgs } from '../helpers/serve-cli.js';
 import { startTokenServer, type TokenServer } from '../helpers/token-server.js';
 
 /**
@@ -126,12 +126,7 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
     store = await startCliStore(
       [
         ...TS_CLI,
-        '--config',
-        config,
-        '--root',
-        root,
-        '--addr',
-        sock,
+        ...serveArgs({ config, root, addr: sock }),
         '--log-level',
         'trace',
         '--log-format',
