@@ -24,6 +24,7 @@ import { FsError } from '../src/fs/errno.js';
 import { ROOT_DIR_ATTR, S_IFDIR, S_IFREG, type Attr, type VirtualFs } from '../src/fs/vfs.js';
 import { startMetricsServer } from '../src/store/metrics-server.js';
 import { disableMetrics, enableMetrics, timeFuseOp } from '../src/util/metrics.js';
+import { emptyStatfs } from '../test/helpers/fake-vfs.js';
 
 interface Args {
   /** Scrape /metrics after each "on" round (default 1; 0 = never). */
@@ -94,18 +95,7 @@ function memoryFs(rounds: number, files: number, size: number): VirtualFs {
     listxattr: () => Promise.resolve([]),
     create: () => Promise.reject(new FsError('EROFS', 'read-only')),
     rmdir: () => Promise.reject(new FsError('EROFS', 'read-only')),
-    statfs: () =>
-      Promise.resolve({
-        bsize: 4096,
-        frsize: 4096,
-        blocks: 0,
-        bfree: 0,
-        bavail: 0,
-        files: 0,
-        ffree: 0,
-        favail: 0,
-        namemax: 255,
-      }),
+    statfs: () => Promise.resolve(emptyStatfs()),
     deadlineMs: () => 30_000,
   };
 }

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { runDoctor } from '../../src/cli/doctor-command.js';
 import type { DoctorReport } from '../../src/cli/doctor.js';
 import { startCliStore } from '../helpers/cli-store.js';
+import { doctorArgs, serveArgs } from '../helpers/serve-cli.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage } from '../helpers/store.js';
 
@@ -90,12 +91,7 @@ describe('doctor (real store process, real registry)', () => {
     const store = await startCliStore(
       [
         CLI,
-        '--config',
-        config,
-        '--root',
-        root,
-        '--addr',
-        sock,
+        ...serveArgs({ config, root, addr: sock }),
         '--log-level',
         'warn',
         '--metrics-address',
@@ -139,20 +135,7 @@ describe('doctor (real store process, real registry)', () => {
     await exited;
     const dead = await doctor(false);
     // the CLI exit code too
-    const deadCli = await cli([
-      'doctor',
-      '--json',
-      '--mountpoint',
-      mnt,
-      '--addr',
-      sock,
-      '--root',
-      root,
-      '--config',
-      config,
-      '--storage-conf',
-      storageConf,
-    ]);
+    const deadCli = await cli(doctorArgs({ mountpoint: mnt, addr: sock, root, config, storageConf }));
     expect(deadCli.code).toBe(1);
     expect((JSON.parse(deadCli.out) as DoctorReport).checks.find((c) => c.id === 'mount')?.status).toBe(
       'fail',

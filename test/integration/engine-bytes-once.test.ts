@@ -4,52 +4,32 @@
  * local compressed-bytes store plugged into the engine's seam. The registry sees exact,
  * pairwise disjoint ranges whose sum is the blob size: every compressed byte fetched once.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { RegistryClient, parseReference } from '../../src/registry/index.js';
-import { startFaultServer, type FaultServer } from '../helpers/fault-server.js';
+import { parseRange, useBlobServer } from '../helpers/blob-server.js';
 import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256 } from '../unit/layer-fixture.js';
 import { parseDigest } from '../../src/util/digest.js';
-
-function parseRange(h: string | string[] | undefined): Array<{ start: number; end: number }> {
-  const v = Array.isArray(h) ? h[0] : h;
-  expect(v).toMatch(/^bytes=/);
-  return v!
-    .slice('bytes='.length)
-    .split(',')
-    .map((p) => {
-      const [a, b] = p.split('-').map(Number);
-      return { start: a!, end: b! + 1 };
-    });
-}
 
 describe.each(['gzip', 'zstd'] as const)(
   'engine over a registry (%s): every byte fetched once',
   (compression) => {
-    let srv: FaultServer;
-    let root: string;
     const fx = buildFixture(mixedSpecs(16 * 1024), compression);
     const digest = sha256(fx.blob);
 
-    beforeAll(async () => {
-      srv = await startFaultServer({ blobs: { [digest]: fx.blob } });
-      root = await mkdtemp(join(tmpdir(), 'engine-once-'));
-    });
-    afterAll(async () => {
-      await srv?.stop();
-      await rm(root, { recursive: true, force: true });
-    });
+    const env = useBlobServer({ [digest]: fx.blob }, 'engine-once-');
 
     it('on-demand reads, prefetch and background share spans: disjoint exact ranges, sum = blob', async () => {
       const client = new RegistryClient({ maxRangesPerRequest: 16 });
-      const cache = await ChunkCache.open({ root: join(root, compression), minFreeBytes: 0 });
+      const cache = await ChunkCache.open({ root: join(env.root, compression), minFreeBytes: 0 });
       const local = new MemoryLocalBytes(fx.blob.length);
       try {
-        const reader = await client.openBlob(parseReference(`${srv.host}/once/repo:t`), parseDigest(digest));
+        const reader = await client.openBlob(
+          parseReference(`${env.srv.host}/once/repo:t`),
+          parseDigest(digest),
+        );
         const big = fx.nodes.get('big')!;
         const layer = new LazyLayer({
           index: { ...fx.index, prefetch: { kind: 'landmark', end: big.chunks[3]!.compressedOffset } },
@@ -75,7 +55,7 @@ describe.each(['gzip', 'zstd'] as const)(
         expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
         await layer.close();
 
-        const ranges = srv
+        const ranges = env.srv
           .blobGets()
           .flatMap((q) => parseRange(q.headers.range))
           .sort((a, b) => a.start - b.start);

@@ -6,30 +6,16 @@
  * byte is still fetched at most once (disjoint ranges).
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
 import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
 import { RegistryClient, parseReference } from '../../src/registry/index.js';
 import { parseDigest } from '../../src/util/digest.js';
-import { startFaultServer, type FaultServer } from '../helpers/fault-server.js';
+import { parseRange, useBlobServer } from '../helpers/blob-server.js';
 import { buildFixture, MemoryLocalBytes, sha256, type FixtureFileSpec } from '../unit/layer-fixture.js';
 
 const FILES = 240;
-
-function parseRange(h: string | string[] | undefined): Array<{ start: number; end: number }> {
-  const v = Array.isArray(h) ? h[0] : h;
-  expect(v).toMatch(/^bytes=/);
-  return v!
-    .slice('bytes='.length)
-    .split(',')
-    .map((p) => {
-      const [a, b] = p.split('-').map(Number);
-      return { start: a!, end: b! + 1 };
-    });
-}
 
 function smallFiles(): FixtureFileSpec[] {
   // 1-3 KiB of incompressible bytes each: ~480 KiB of compressed data in 240 frames / members
@@ -41,26 +27,17 @@ function smallFiles(): FixtureFileSpec[] {
 }
 
 describe.each(['zstd', 'gzip'] as const)('on-demand round trips (%s, one frame per file)', (compression) => {
-  let srv: FaultServer;
-  let root: string;
   const fx = buildFixture(smallFiles(), compression);
   const digest = parseDigest(sha256(fx.blob));
 
-  beforeAll(async () => {
-    srv = await startFaultServer({ blobs: { [digest]: fx.blob } });
-    root = await mkdtemp(join(tmpdir(), 'engine-rt-'));
-  });
-  afterAll(async () => {
-    await srv?.stop();
-    await rm(root, { recursive: true, force: true });
-  });
+  const env = useBlobServer({ [digest]: fx.blob }, 'engine-rt-');
 
   async function withLayer(name: string, fn: (layer: LazyLayer) => Promise<void>): Promise<void> {
     const client = new RegistryClient({ maxRangesPerRequest: 16 });
-    const cache = await ChunkCache.open({ root: join(root, compression, name), minFreeBytes: 0 });
+    const cache = await ChunkCache.open({ root: join(env.root, compression, name), minFreeBytes: 0 });
     const local = new MemoryLocalBytes(fx.blob.length);
     try {
-      const reader = await client.openBlob(parseReference(`${srv.host}/rt/repo:t`), digest);
+      const reader = await client.openBlob(parseReference(`${env.srv.host}/rt/repo:t`), digest);
       const layer = new LazyLayer({
         index: fx.index,
         source: reader,
@@ -88,21 +65,21 @@ describe.each(['zstd', 'gzip'] as const)('on-demand round trips (%s, one frame p
   }
 
   function blobRanges(from: number): Array<{ start: number; end: number }> {
-    return srv
+    return env.srv
       .blobGets()
       .slice(from)
       .flatMap((q) => parseRange(q.headers.range));
   }
 
   it('a walk through every file in blob order: a few requests, each byte at most once', async () => {
-    const before = srv.blobGets().length;
+    const before = env.srv.blobGets().length;
     await withLayer('walk', async (layer) => {
       for (const [path, content] of fx.files) {
         const got = await layer.read(fx.nodes.get(path)!, 0, content.length);
         expect(got.equals(content)).toBe(true);
       }
     });
-    const requests = srv.blobGets().length - before;
+    const requests = env.srv.blobGets().length - before;
     // 128 KiB, then 256 KiB, 512 KiB, 1 MiB windows cover the ~480 KiB of frames
     expect(requests).toBeLessThanOrEqual(5);
     expect(requests).toBeGreaterThan(0);
@@ -113,7 +90,7 @@ describe.each(['zstd', 'gzip'] as const)('on-demand round trips (%s, one frame p
   });
 
   it('every file read at once (as the kernel sends them): one turn of the event loop, few requests', async () => {
-    const before = srv.blobGets().length;
+    const before = env.srv.blobGets().length;
     await withLayer('burst', async (layer) => {
       await Promise.all(
         [...fx.files].map(async ([path, content]) => {
@@ -124,13 +101,13 @@ describe.each(['zstd', 'gzip'] as const)('on-demand round trips (%s, one frame p
     });
     const ranges = blobRanges(before).sort((a, b) => a.start - b.start);
     // the reads of one turn share one coalesced fetch (a multi-range request at most)
-    expect(srv.blobGets().length - before).toBe(1);
+    expect(env.srv.blobGets().length - before).toBe(1);
     for (let i = 1; i < ranges.length; i++)
       expect(ranges[i]!.start).toBeGreaterThanOrEqual(ranges[i - 1]!.end);
   });
 
   it('reads scattered over the blob: read-around never fetches a byte twice', async () => {
-    const before = srv.blobGets().length;
+    const before = env.srv.blobGets().length;
     const paths = [...fx.files.keys()];
     await withLayer('scatter', async (layer) => {
       // every 7th file, then every file backwards: later reads land in earlier read-around
@@ -145,6 +122,6 @@ describe.each(['zstd', 'gzip'] as const)('on-demand round trips (%s, one frame p
     const ranges = blobRanges(before).sort((a, b) => a.start - b.start);
     for (let i = 1; i < ranges.length; i++)
       expect(ranges[i]!.start).toBeGreaterThanOrEqual(ranges[i - 1]!.end);
-    expect(srv.blobGets().length - before).toBeLessThan(FILES / 4);
+    expect(env.srv.blobGets().length - before).toBeLessThan(FILES / 4);
   });
 });

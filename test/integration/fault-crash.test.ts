@@ -7,30 +7,21 @@
  * file of the layer read through the mount (from another process) matches the source bytes,
  * `stargz-store check --root` finds the root clean, and Podman runs the image after a crash.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCheck } from '../../src/cli/check-command.js';
 import { probe, runChild } from '../helpers/fuse.js';
 import { runCommand, TestPodman } from '../helpers/podman.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
-import { startNotifyListener } from '../helpers/sd-notify-listener.js';
+import { startServeCli, type ServeCli } from '../helpers/serve-cli.js';
+import { TS_CLI } from '../helpers/cli-store.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, type TarEntry } from '../helpers/store.js';
 
-const TS_LOADER = fileURLToPath(new URL('./engine-ts-loader.mjs', import.meta.url));
-const CLI_MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const hex = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-interface StoreProc {
-  child: ChildProcess;
-  stderr: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
 
 /** Config of a run: lazy (only what is read is fetched) or with the background fetch + DiffID check. */
 const LAZY = 'noprefetch = true\nno_background_fetch = true\n';
@@ -44,7 +35,7 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
   let ref: string;
   let digest: string;
   const files = new Map<string, Buffer>();
-  const started: StoreProc[] = [];
+  const started: ServeCli[] = [];
   const mounts: string[] = [];
   let bytesChecked = 0;
   let wrongBytes = 0;
@@ -109,44 +100,19 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
   async function startStore(name: string, root: string, mnt: string, config: string, crashAt?: string) {
     const cfg = join(dir, `${name}.toml`);
     await writeFile(cfg, config + COMMON);
-    const listener = await startNotifyListener(join(dir, `${name}-${started.length}.notify`));
-    const env: NodeJS.ProcessEnv = { ...process.env, NOTIFY_SOCKET: listener.socket };
+    const env: NodeJS.ProcessEnv = { ...process.env };
     delete env.STARGZ_STORE_CRASH_AT;
     if (crashAt !== undefined) env.STARGZ_STORE_CRASH_AT = crashAt;
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        TS_LOADER,
-        CLI_MAIN,
-        '--config',
-        cfg,
-        '--root',
-        root,
-        '--addr',
-        join(dir, `${name}.sock`),
-        mnt,
-      ],
-      { env, stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let err = '';
-    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
-      child.once('exit', (code, signal) => r({ code, signal })),
-    );
-    const p: StoreProc = { child, stderr: () => err, exited };
-    started.push(p);
-    try {
-      await Promise.race([
-        listener.waitFor('READY=1', 60_000),
-        exited.then((e) =>
-          Promise.reject(new Error(`store exited before READY=1: ${JSON.stringify(e)}\n${err}`)),
-        ),
-      ]);
-    } finally {
-      await listener.close();
-    }
-    return p;
+    return await startServeCli({
+      cli: TS_CLI,
+      config: cfg,
+      root,
+      addr: join(dir, `${name}.sock`),
+      mountpoint: mnt,
+      notifySocket: join(dir, `${name}-${started.length}.notify`),
+      env,
+      onSpawn: (p) => started.push(p),
+    });
   }
 
   /** Every file of the layer through the mount (another process), against the source bytes. */

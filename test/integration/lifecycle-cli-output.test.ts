@@ -3,7 +3,7 @@
  * line on a terminal only (pipes get the result alone), and local commands that stay fast because
  * they do not load the HTTP stack.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
@@ -13,21 +13,13 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { VECTOR_A } from '../helpers/format-fixtures.js';
+import { BIN_CLI, runCli } from '../helpers/serve-cli.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const CLI = join(REPO, 'bin/stargz-store.js');
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    c.on('error', reject);
-    c.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+/** `stargz-store <args>` as built, run to its end. */
+const cli = (args: string[]) => runCli(BIN_CLI, args);
 
 describe('one-shot command output', () => {
   let dir: string;

@@ -8,6 +8,8 @@ import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { waitForMountLive } from '../../src/cli/serve-command.js';
 import { isStoreError } from '../../src/util/errors.js';
 import { startNotifyListener, type NotifyListener } from '../helpers/sd-notify-listener.js';
+import { runChild } from '../helpers/fuse.js';
+import { BIN_CLI, runCli } from '../helpers/serve-cli.js';
 
 /**
  * The real CLI (`node bin/stargz-store.js`) started as systemd would start it: NOTIFY_SOCKET points at
@@ -38,23 +40,6 @@ function startStore(args: string[], env: NodeJS.ProcessEnv): StoreProc {
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
   return { child, stderr: () => err, exited };
-}
-
-function run(
-  cmd: string,
-  args: string[],
-  stdin = '',
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(cmd, args, { cwd: REPO, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    c.on('error', reject);
-    c.on('close', (code) => resolve({ code, stdout, stderr }));
-    c.stdin.end(stdin);
-  });
 }
 
 /** Is `path` a FUSE mount in /proc/mounts (read by the test process, independent of the store)? */
@@ -160,7 +145,7 @@ describe('stargz-store serve lifecycle (real CLI, real FUSE, own notify socket)'
 
     // Control socket: root-only, and the status command reads it.
     expect((await stat(sock)).mode & 0o777).toBe(0o600);
-    const st = await run(process.execPath, [CLI, 'status', '--addr', sock, '--json']);
+    const st = await runCli(BIN_CLI, ['status', '--addr', sock, '--json']);
     expect(st.stderr, 'is `status` registered in src/cli/main.ts (registerStatusCommand)?').toBe('');
     expect(st.code).toBe(0);
     const status = JSON.parse(st.stdout) as { pid: number; mountpoint: string; layers: unknown[] };
@@ -169,7 +154,7 @@ describe('stargz-store serve lifecycle (real CLI, real FUSE, own notify socket)'
     expect(Array.isArray(status.layers)).toBe(true);
 
     // The helper binary hands credentials to the running store; the secret never reaches the logs.
-    const h = await run(
+    const h = await runChild(
       process.execPath,
       [HELPER, sock],
       '{"127.0.0.1:5999/lc/app:v1":{"username":"lcuser","password":"LC-SECRET-PW"}}',

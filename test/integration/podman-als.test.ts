@@ -3,7 +3,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { ChunkCache } from '../../src/cache/chunk-cache.js';
 import { RegistryClient } from '../../src/registry/index.js';
 import { createLayerStore, mountStore, type LayerStore, type StoreMount } from '../../src/store/index.js';
@@ -20,6 +19,8 @@ import {
   type TarEntry,
 } from '../helpers/store.js';
 import { SHARED } from '../helpers/shared.js';
+import { startServeCli } from '../helpers/serve-cli.js';
+import { TS_CLI } from '../helpers/cli-store.js';
 
 /**
  * Podman 4.3.1 (OLD protocol: lookups by blob digest) end to end against the store mounted by this
@@ -30,8 +31,6 @@ import { SHARED } from '../helpers/shared.js';
 const DATA_FILES = 64;
 const FILE_SIZE = 1 << 20;
 const LAB_CONTAINERS_CONF = `${SHARED}/lab/containers/containers.conf`;
-const TS_LOADER = fileURLToPath(new URL('./engine-ts-loader.mjs', import.meta.url));
-const CLI_MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
 interface PodmanEnv {
   env: NodeJS.ProcessEnv;
@@ -352,47 +351,29 @@ describe('Podman 4.3.1 with the store as additional layer store', () => {
     await store.close();
     const cfg = join(dir, 'config.toml');
     await writeFile(cfg, '');
-    const { spawn } = await import('node:child_process');
     const { isMountpoint } = await import('../../src/store/index.js');
     for (let round = 0; round < 2; round++) {
       // the TypeScript sources through the engine's loader hooks (no dist/ build needed)
-      const child = spawn(
-        process.execPath,
-        [
-          '--import',
-          TS_LOADER,
-          CLI_MAIN,
-          '--config',
-          cfg,
-          '--root',
-          join(dir, 'root'),
-          '--addr',
-          join(dir, 'store.sock'),
-          mnt,
-        ],
-        { stdio: ['ignore', 'ignore', 'pipe'] },
-      );
-      let err = '';
-      child.stderr.on('data', (b: Buffer) => (err += b.toString()));
-      const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+      const cli = await startServeCli({
+        cli: TS_CLI,
+        config: cfg,
+        root: join(dir, 'root'),
+        addr: join(dir, 'store.sock'),
+        mountpoint: mnt,
+        notifySocket: join(dir, `notify-${round}.sock`),
+      });
       try {
-        const t0 = Date.now();
-        while (!(await isMountpoint(mnt))) {
-          if (Date.now() - t0 > 60_000 || child.exitCode !== null)
-            throw new Error(`store did not mount:\n${err}`);
-          await new Promise((r) => setTimeout(r, 100));
-        }
         const run = await must(
           podman(pm, ['run', '--rm', images.ours!], 120_000),
           `podman run via CLI store (round ${round})`,
         );
         expect(run.stdout).toBe(expectedOut);
       } finally {
-        child.kill('SIGTERM');
+        cli.child.kill('SIGTERM');
       }
-      expect(await exited).toBe(0);
+      expect((await cli.exited).code).toBe(0);
       expect(await isMountpoint(mnt)).toBe(false);
-      expect(err).toMatch(/remote-snapshot-prepared/);
+      expect(cli.stderr()).toMatch(/remote-snapshot-prepared/);
     }
   });
 });

@@ -11,6 +11,7 @@ import { probeOne, runChild } from '../helpers/fuse.js';
 import { assembleImage, encodeLayer, makeTar, pushImageHttp, sha256 } from '../helpers/oci-image.js';
 import { freePort, startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { expectNoSecrets } from '../helpers/secrets.js';
+import { doctorArgs, serveArgs } from '../helpers/serve-cli.js';
 import { startTokenServer, type TokenServer } from '../helpers/token-server.js';
 
 /**
@@ -125,12 +126,7 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
     store = await startCliStore(
       [
         ...TS_CLI,
-        '--config',
-        config,
-        '--root',
-        root,
-        '--addr',
-        sock,
+        ...serveArgs({ config, root, addr: sock }),
         '--log-level',
         'trace',
         '--log-format',
@@ -205,22 +201,9 @@ describe('no credential or token in status, doctor, metrics or the log', () => {
       outputs.push(bad.output);
     }
     // the CLI itself (what a user runs)
-    const c = await cli([
-      'doctor',
-      '--json',
-      '--mountpoint',
-      mnt,
-      '--addr',
-      sock,
-      '--root',
-      root,
-      '--config',
-      config,
-      '--storage-conf',
-      storageConf,
-      '--ref',
-      refs[1]!.ref,
-    ]);
+    const c = await cli(
+      doctorArgs({ mountpoint: mnt, addr: sock, root, config, storageConf, ref: refs[1]!.ref }),
+    );
     expect(c.code, c.out).toBe(0);
     outputs.push(c.out);
     for (const [i, o] of outputs.entries())

@@ -3,7 +3,7 @@
  * layer and records a use, is stopped, and started again on the same root; before anything looks
  * the layer up again, `status` shows it fetched, 100% and verified, with its use count.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -14,11 +14,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { controlRequest } from '../../src/store/control-socket.js';
 import { probe } from '../helpers/fuse.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
-import { startNotifyListener } from '../helpers/sd-notify-listener.js';
+import { BIN_CLI, runCli, startServeCli, type ServeCli } from '../helpers/serve-cli.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
-const CLI = join(REPO, 'bin/stargz-store.js');
 const b64 = (s: string): string => Buffer.from(s).toString('base64');
 
 interface Row {
@@ -31,24 +30,6 @@ interface Row {
   refs: number;
 }
 
-interface StoreProc {
-  child: ChildProcess;
-  stderr: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, [CLI, ...args], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    c.on('error', reject);
-    c.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
 async function fuseMounted(path: string): Promise<boolean> {
   const text = await readFile('/proc/mounts', 'utf8');
   return text.split('\n').some((l) => l.split(' ')[1] === path);
@@ -57,7 +38,7 @@ async function fuseMounted(path: string): Promise<boolean> {
 describe('status after a store restart (real store process, real registry, FUSE)', () => {
   let registry: TestRegistry;
   let dir: string;
-  let current: StoreProc | undefined;
+  let current: ServeCli | undefined;
 
   beforeAll(async () => {
     if (!existsSync(join(REPO, 'dist/src/cli/main.js'))) {
@@ -83,36 +64,19 @@ describe('status after a store restart (real store process, real registry, FUSE)
   const mnt = (): string => join(dir, 'mnt');
   const sock = (): string => join(dir, 's.sock');
 
-  async function start(n: number): Promise<StoreProc> {
-    const listener = await startNotifyListener(join(dir, `notify-${n}.sock`));
-    try {
-      const child = spawn(
-        process.execPath,
-        [CLI, '--config', join(dir, 'config.toml'), '--root', join(dir, 'root'), '--addr', sock(), mnt()],
-        {
-          cwd: REPO,
-          env: { ...process.env, NOTIFY_SOCKET: listener.socket },
-          stdio: ['ignore', 'ignore', 'pipe'],
-        },
-      );
-      let err = '';
-      child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-        child.once('exit', (code, signal) => resolve({ code, signal })),
-      );
-      const p = { child, stderr: () => err, exited };
-      current = p;
-      await Promise.race([
-        listener.waitFor('READY=1', 60_000),
-        exited.then((e) => Promise.reject(new Error(`store exited early: ${JSON.stringify(e)}\n${err}`))),
-      ]);
-      return p;
-    } finally {
-      await listener.close();
-    }
+  async function start(n: number): Promise<ServeCli> {
+    return await startServeCli({
+      cli: BIN_CLI,
+      config: join(dir, 'config.toml'),
+      root: join(dir, 'root'),
+      addr: sock(),
+      mountpoint: mnt(),
+      notifySocket: join(dir, `notify-${n}.sock`),
+      onSpawn: (p) => (current = p),
+    });
   }
 
-  async function stop(p: StoreProc): Promise<void> {
+  async function stop(p: ServeCli): Promise<void> {
     p.child.kill('SIGTERM');
     expect(await p.exited).toEqual({ code: 0, signal: null });
     expect(await fuseMounted(mnt())).toBe(false);
@@ -175,7 +139,7 @@ describe('status after a store restart (real store process, real registry, FUSE)
       refs: 1,
     });
     // the operator's table says the same
-    const table = await run(['status', '--addr', sock()]);
+    const table = await runCli(BIN_CLI, ['status', '--addr', sock()]);
     expect(table.stderr).toBe('');
     const line = table.stdout.split('\n').find((l) => l.includes('100.0%'));
     expect(line).toBeDefined();

@@ -4,46 +4,23 @@
  * a hung connection until the request timeout) and no later read joins it. A fetch another read
  * still waits for goes on.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
+import { LazyLayer } from '../../src/layer/index.js';
 import { buildFixture, mixedSpecs, TestSource, type Fixture } from './layer-fixture.js';
+import { closeTempCache, fixtureLayer, node, openTempCache } from './layer-harness.js';
 
 let root: string;
 let cache: ChunkCache;
 const layers: LazyLayer[] = [];
 
-beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), 'layer-abandon-'));
-  cache = await ChunkCache.open({ root, minFreeBytes: 0 });
-});
-afterEach(async () => {
-  for (const l of layers.splice(0)) await l.close();
-  await cache.close();
-  await rm(root, { recursive: true, force: true });
-});
+beforeEach(async () => ({ root, cache } = await openTempCache('layer-abandon-')));
+afterEach(() => closeTempCache(layers, cache, root));
 
 function makeLayer(fx: Fixture, source: TestSource, deadlineMs: number): LazyLayer {
-  const layer = new LazyLayer({
-    index: fx.index,
-    source,
-    cache,
-    layerKey: 'sha256:' + 'ab'.repeat(32),
-    scheduler: new FetchScheduler({ quietMs: 0 }),
-    backgroundFetch: false,
-    deadlineMs,
-  });
+  const layer = fixtureLayer(fx, source, cache, { deadlineMs });
   layers.push(layer);
   return layer;
-}
-
-function node(fx: Fixture, path: string) {
-  const n = fx.nodes.get(path);
-  if (n === undefined) throw new Error(`no ${path}`);
-  return n;
 }
 
 describe.each(['gzip', 'zstd'] as const)('abandoned fetches (%s)', (compression) => {

@@ -1,6 +1,5 @@
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdtemp, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
@@ -16,6 +15,7 @@ import {
 import type { Logger } from '../../src/util/logger.js';
 import { decompressionCount } from '../../src/format/codec.js';
 import { buildFixture, mixedSpecs, sha256, TestSource, type Fixture } from './layer-fixture.js';
+import { closeTempCache, fixtureLayer, node, openTempCache } from './layer-harness.js';
 
 const zstdCompress = (createRequire(import.meta.url)('zstd-napi') as { compress(b: Uint8Array): Buffer })
   .compress;
@@ -24,15 +24,8 @@ let root: string;
 let cache: ChunkCache;
 const layers: LazyLayer[] = [];
 
-beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), 'layer-test-'));
-  cache = await ChunkCache.open({ root, minFreeBytes: 0 });
-});
-afterEach(async () => {
-  for (const l of layers.splice(0)) await l.close();
-  await cache.close();
-  await rm(root, { recursive: true, force: true });
-});
+beforeEach(async () => ({ root, cache } = await openTempCache('layer-test-')));
+afterEach(() => closeTempCache(layers, cache, root));
 
 function makeLayer(
   fx: Fixture,
@@ -40,23 +33,9 @@ function makeLayer(
   extra: Partial<LazyLayerOptions> = {},
   c: ChunkCache = cache,
 ): LazyLayer {
-  const layer = new LazyLayer({
-    index: fx.index,
-    source,
-    cache: c,
-    layerKey: 'sha256:' + 'ab'.repeat(32),
-    scheduler: new FetchScheduler({ quietMs: 0 }),
-    backgroundFetch: false,
-    ...extra,
-  });
+  const layer = fixtureLayer(fx, source, c, extra);
   layers.push(layer);
   return layer;
-}
-
-function node(fx: Fixture, path: string) {
-  const n = fx.nodes.get(path);
-  if (n === undefined) throw new Error(`no ${path}`);
-  return n;
 }
 
 async function cachedFiles(): Promise<string[]> {

@@ -1,10 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
-import { FetchScheduler, LazyLayer } from '../../src/layer/index.js';
+import type { LazyLayer } from '../../src/layer/index.js';
 import {
   DEFAULT_READ_AHEAD,
   FileReadAhead,
@@ -15,6 +12,7 @@ import {
   type ReadAheadPolicy,
 } from '../../src/layer/read-ahead.js';
 import { buildFixture, mixedSpecs, TestSource, type Fixture } from './layer-fixture.js';
+import { closeTempCache, fixtureLayer, openTempCache } from './layer-harness.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -239,7 +237,7 @@ describe.each(['gzip', 'zstd'] as const)('read-ahead over a real LazyLayer (%s)'
   const chunkSize = 4096;
   let root: string;
   let cache: ChunkCache;
-  let layer: LazyLayer | undefined;
+  const layers: LazyLayer[] = [];
   const policy: Partial<ReadAheadPolicy> = {
     windows: [8 * KiB, 32 * KiB, 128 * KiB],
     triggerBytes: 4 * KiB,
@@ -248,27 +246,12 @@ describe.each(['gzip', 'zstd'] as const)('read-ahead over a real LazyLayer (%s)'
     slackBytes: 8 * KiB,
   };
 
-  beforeEach(async () => {
-    root = await mkdtemp(join(tmpdir(), 'ra-test-'));
-    cache = await ChunkCache.open({ root, minFreeBytes: 0 });
-  });
-  afterEach(async () => {
-    await layer?.close();
-    layer = undefined;
-    await cache.close();
-    await rm(root, { recursive: true, force: true });
-  });
+  beforeEach(async () => ({ root, cache } = await openTempCache('ra-test-')));
+  afterEach(() => closeTempCache(layers, cache, root));
 
   function setup(fx: Fixture, source: TestSource): LazyLayer {
-    layer = new LazyLayer({
-      index: fx.index,
-      source,
-      cache,
-      layerKey: 'sha256:' + 'cd'.repeat(32),
-      scheduler: new FetchScheduler({ quietMs: 0 }),
-      backgroundFetch: false,
-      prefetch: false,
-    });
+    const layer = fixtureLayer(fx, source, cache, { layerKey: 'sha256:' + 'cd'.repeat(32), prefetch: false });
+    layers.push(layer);
     return layer;
   }
 
