@@ -24,7 +24,7 @@ import { FsError } from '../src/fs/errno.js';
 import { ROOT_DIR_ATTR, S_IFDIR, S_IFREG, type Attr, type VirtualFs } from '../src/fs/vfs.js';
 import { startMetricsServer } from '../src/store/metrics-server.js';
 import { disableMetrics, enableMetrics, timeFuseOp } from '../src/util/metrics.js';
-import { emptyStatfs } from '../test/helpers/fake-vfs.js';
+import { emptyStatfs } from '../src/fs/vfs.js';
 
 interface Args {
   /** Scrape /metrics after each "on" round (default 1; 0 = never). */

@@ -70,6 +70,24 @@ export interface StatFs {
   namemax: number;
 }
 
+/**
+ * What a store without block accounting answers to statfs: nothing used, nothing free (a
+ * read-only store; `df` shows 0), names up to 255 bytes.
+ */
+export function emptyStatfs(): StatFs {
+  return {
+    bsize: 4096,
+    frsize: 4096,
+    blocks: 0,
+    bfree: 0,
+    bavail: 0,
+    files: 0,
+    ffree: 0,
+    favail: 0,
+    namemax: 255,
+  };
+}
+
 /** Per-call context: an abort signal that fires when the operation's deadline passes. */
 export interface OpContext {
   signal: AbortSignal;

@@ -2,6 +2,7 @@ import { constants as fsc } from 'node:fs';
 import { FsError } from '../fs/errno.js';
 import { crashPoint } from '../util/crash-points.js';
 import {
+  emptyStatfs,
   ROOT_DIR_ATTR,
   S_IFDIR,
   S_IFREG,
@@ -330,17 +331,7 @@ export class StoreFs implements VirtualFs {
   }
 
   async statfs(): Promise<StatFs> {
-    return {
-      bsize: 4096,
-      frsize: 4096,
-      blocks: 0,
-      bfree: 0,
-      bavail: 0,
-      files: 0,
-      ffree: 0,
-      favail: 0,
-      namemax: 255,
-    };
+    return emptyStatfs();
   }
 
   deadlineMs(op: FsOp, path: string): number {

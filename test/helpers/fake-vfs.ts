@@ -2,25 +2,12 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mountVirtualFs, type FuseMountOptions, type MountedFs } from '../../src/fs/fuse-adapter.js';
-import type { StatFs, VirtualFs } from '../../src/fs/vfs.js';
+import { emptyStatfs, type VirtualFs } from '../../src/fs/vfs.js';
 import { StoreError } from '../../src/util/errors.js';
 
 /** Fake VirtualFs implementations for FUSE adapter tests, and their mount. */
 
 /** statfs of a fake: 4 KiB blocks, no space used or free, 255-byte names. */
-export function emptyStatfs(): StatFs {
-  return {
-    bsize: 4096,
-    frsize: 4096,
-    blocks: 0,
-    bfree: 0,
-    bavail: 0,
-    files: 0,
-    ffree: 0,
-    favail: 0,
-    namemax: 255,
-  };
-}
 
 /**
  * The operations a fake does not vary: `create` (the ALS use notification) and `rmdir` (release)
