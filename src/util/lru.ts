@@ -1,14 +1,15 @@
+import { LRUCache } from 'lru-cache';
+
 /**
- * THE least-recently-used map of the store: bounded in entries and/or in a summed size, with
- * optional per-entry expiry. Map insertion order is the recency order (a hit or a `set` re-inserts
- * the key), so eviction walks from the oldest end in O(1) per entry. Expired entries are dropped
- * when read and by a sweep whose cost is amortised over the inserts that made it necessary (a
- * cache of short-lived answers never holds thousands of dead entries).
+ * THE least-recently-used map of the store: lru-cache (a well-kept library) behind the few options
+ * the store uses, so every user gets the same settings: bounded in entries and/or in a summed size,
+ * optional per-entry expiry on an injectable clock (tests use a manual one; `ttlResolution: 0` so
+ * lru-cache never caches the time behind a timer).
  */
 export interface LruOptions<V> {
-  /** Most entries held; default unbounded. */
+  /** Most entries held. */
   maxEntries?: number;
-  /** Most summed `sizeOf` held; default unbounded. */
+  /** Most summed `sizeOf` held. */
   maxSize?: number;
   /** Size of one value for `maxSize` (e.g. a buffer's length); default 1. */
   sizeOf?: (v: V) => number;
@@ -16,56 +17,65 @@ export interface LruOptions<V> {
   now?: () => number;
 }
 
-interface Slot<V> {
-  v: V;
-  size: number;
-  expiresAt: number;
-}
+/** Added to the clock lru-cache sees (durations are unchanged). */
+const CLOCK_OFFSET = 1;
+/**
+ * lru-cache calls an entry stale once its age is MORE than its ttl; ours expire AT `expiresAt`.
+ * Half a unit less ttl makes the two agree for whole-unit clocks (Date.now, test clocks).
+ */
+const EXPIRY_EDGE = 0.5;
 
-export class Lru<K, V> {
-  private readonly m = new Map<K, Slot<V>>();
-  private readonly maxEntries: number;
-  private readonly maxSize: number;
-  private readonly sizeOf: (v: V) => number;
+export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>> {
+  private readonly c: LRUCache<K, V>;
   private readonly now: () => number;
-  private total = 0;
-  private sweepAt: number;
-  private expiring = 0;
+  /** Size at which the next sweep of expired entries runs (lru-cache only drops them when read). */
+  private sweepAt = 64;
 
   constructor(opts: LruOptions<V> = {}) {
-    this.maxEntries = opts.maxEntries ?? Infinity;
-    this.maxSize = opts.maxSize ?? Infinity;
-    this.sizeOf = opts.sizeOf ?? (() => 1);
     this.now = opts.now ?? Date.now;
-    this.sweepAt = Math.min(this.maxEntries, 64);
+    const sizeOf = opts.sizeOf;
+    const bounded = (n: number | undefined): n is number => n !== undefined && Number.isFinite(n);
+    if (!bounded(opts.maxEntries) && !bounded(opts.maxSize)) {
+      throw new Error('Lru needs maxEntries or maxSize: an unbounded cache is a leak');
+    }
+    const options: LRUCache.Options<K, V, unknown> = {
+      ...(bounded(opts.maxEntries) ? { max: Math.max(1, Math.floor(opts.maxEntries)) } : {}),
+      ...(bounded(opts.maxSize)
+        ? {
+            maxSize: Math.max(1, Math.floor(opts.maxSize)),
+            // lru-cache wants positive integer sizes; an empty value still takes a slot
+            sizeCalculation: (v: V) => Math.max(1, Math.ceil(sizeOf ? sizeOf(v) : 1)),
+          }
+        : {}),
+      // lru-cache treats a start time of 0 as "no start": an injected clock may begin at 0
+      perf: { now: () => this.now() + CLOCK_OFFSET },
+      ttlResolution: 0,
+    } as LRUCache.Options<K, V, unknown>;
+    this.c = new LRUCache<K, V>(options);
   }
 
-  /** Entries held (expired ones not yet swept included). */
+  /** Entries held. */
   get size(): number {
-    return this.m.size;
+    return this.c.size;
   }
 
-  /** Summed `sizeOf` of the entries held. */
+  /** Summed `sizeOf` of the entries held (the entry count without `maxSize`). */
   get totalSize(): number {
-    return this.total;
+    return this.c.maxSize > 0 ? this.c.calculatedSize : this.c.size;
   }
 
   /** The value, made the most recent; undefined when absent or expired (an expired entry is removed). */
   get(k: K): V | undefined {
-    const e = this.live(k);
-    if (e === undefined) return undefined;
-    this.m.delete(k);
-    this.m.set(k, e);
-    return e.v;
+    return this.c.get(k);
   }
 
   /** The value without touching its recency. */
   peek(k: K): V | undefined {
-    return this.live(k)?.v;
+    return this.c.peek(k);
   }
 
   has(k: K): boolean {
-    return this.live(k) !== undefined;
+    return this.c.has(k);
   }
 
   /**
@@ -73,67 +83,45 @@ export class Lru<K, V> {
    * bounds remove it).
    */
   set(k: K, v: V, expiresAt = Infinity): void {
-    this.delete(k);
-    const size = this.sizeOf(v);
-    this.m.set(k, { v, size, expiresAt });
-    this.total += size;
-    if (expiresAt !== Infinity) {
-      this.expiring++;
-      if (this.m.size >= this.sweepAt) {
-        this.sweep();
-        // next sweep after as many inserts again as entries survived: O(1) amortised per insert
-        this.sweepAt = Math.max(64, 2 * this.m.size);
-      }
+    if (expiresAt === Infinity) {
+      this.c.set(k, v);
+      return;
     }
-    for (const [key, e] of this.m) {
-      if (this.m.size <= this.maxEntries && this.total <= this.maxSize) break;
-      this.drop(key, e);
+    const ttl = expiresAt - this.now() - EXPIRY_EDGE;
+    // lru-cache reads a ttl of 0 as "never expires": an entry already expired is simply not kept
+    if (!(ttl > 0)) {
+      this.c.delete(k);
+      return;
+    }
+    this.c.set(k, v, { ttl });
+    // a cache of short-lived answers must not hold thousands of dead ones: sweep when the size
+    // doubled since the last sweep (amortised O(1) per insert; no timers, so injected clocks work)
+    if (this.c.size >= this.sweepAt) {
+      this.c.purgeStale();
+      this.sweepAt = Math.max(64, 2 * this.c.size);
     }
   }
 
   delete(k: K): boolean {
-    const e = this.m.get(k);
-    if (e === undefined) return false;
-    this.drop(k, e);
-    return true;
+    return this.c.delete(k);
   }
 
   clear(): void {
-    this.m.clear();
-    this.total = 0;
-    this.expiring = 0;
+    this.c.clear();
   }
 
   /** Drop every expired entry. */
   sweep(): void {
-    if (this.expiring === 0) return;
-    const now = this.now();
-    for (const [k, e] of this.m) if (e.expiresAt <= now) this.drop(k, e);
+    this.c.purgeStale();
   }
 
   /** Keys, least recent first. */
   keys(): IterableIterator<K> {
-    return this.m.keys();
+    return this.c.rkeys();
   }
 
   /** [key, value] pairs, least recent first. */
   *entries(): IterableIterator<[K, V]> {
-    for (const [k, e] of this.m) yield [k, e.v];
-  }
-
-  private live(k: K): Slot<V> | undefined {
-    const e = this.m.get(k);
-    if (e === undefined) return undefined;
-    if (e.expiresAt !== Infinity && e.expiresAt <= this.now()) {
-      this.drop(k, e);
-      return undefined;
-    }
-    return e;
-  }
-
-  private drop(k: K, e: Slot<V>): void {
-    this.m.delete(k);
-    this.total -= e.size;
-    if (e.expiresAt !== Infinity) this.expiring--;
+    for (const [k, v] of this.c.rentries()) yield [k, v] as [K, V];
   }
 }

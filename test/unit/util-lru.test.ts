@@ -32,7 +32,7 @@ describe('Lru', () => {
 
   it('expires entries by the injected clock', () => {
     let now = 0;
-    const m = new Lru<string, string>({ now: () => now });
+    const m = new Lru<string, string>({ maxEntries: 8, now: () => now });
     m.set('t', 'v', 10);
     m.set('forever', 'w');
     now = 9;
@@ -41,5 +41,26 @@ describe('Lru', () => {
     expect(m.get('t')).toBeUndefined();
     expect(m.size).toBe(1);
     expect(m.get('forever')).toBe('w');
+  });
+
+  it('refuses to be unbounded, and does not keep an entry that is already expired', () => {
+    expect(() => new Lru<string, string>({})).toThrow(/maxEntries or maxSize/);
+    let now = 100;
+    const m = new Lru<string, string>({ maxEntries: 2, now: () => now });
+    m.set('old', 'v', 100);
+    expect(m.has('old')).toBe(false);
+    m.set('a', 'x', 150);
+    m.set('b', 'y');
+    now = 200;
+    m.sweep();
+    expect([...m.keys()]).toEqual(['b']);
+  });
+
+  it('counts an empty value as size 1 under a size bound', () => {
+    const m = new Lru<string, Buffer>({ maxSize: 2, sizeOf: (b) => b.length });
+    m.set('e', Buffer.alloc(0));
+    m.set('f', Buffer.alloc(1));
+    expect(m.totalSize).toBe(2);
+    expect([...m.entries()].map(([k]) => k)).toEqual(['e', 'f']);
   });
 });
