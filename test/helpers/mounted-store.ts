@@ -83,3 +83,22 @@ export async function startMountedStore(o: MountedStoreOptions): Promise<Mounted
   };
   return { store, mount, cache, client, stop, ...(pins ? { pins } : {}), ...(control ? { control } : {}) };
 }
+
+/**
+ * A store a test starts, stops and starts again on the same root: `stop()` is a no-op when
+ * nothing runs, so suites can call it in `afterAll` and between restarts alike.
+ */
+export class StoreSlot {
+  current: MountedStore | undefined;
+
+  async start(o: MountedStoreOptions): Promise<MountedStore> {
+    this.current = await startMountedStore(o);
+    return this.current;
+  }
+
+  async stop(): Promise<void> {
+    const r = this.current;
+    this.current = undefined;
+    await r?.stop();
+  }
+}

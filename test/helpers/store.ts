@@ -100,6 +100,7 @@ export async function buildTestLayer(
   tar: Buffer,
   kind: LayerKind,
   prioritize?: string[],
+  chunkSize?: number,
 ): Promise<BuiltLayer> {
   // DiffID and uncompressed size come from the input tar itself (independent of the writer)
   const diffId = sha256(tar);
@@ -117,7 +118,11 @@ export async function buildTestLayer(
       },
     };
   }
-  const r = await buildLayerBuffer(tar, prioritize ? { format: kind, prioritize } : { format: kind });
+  const r = await buildLayerBuffer(tar, {
+    format: kind,
+    ...(prioritize ? { prioritize } : {}),
+    ...(chunkSize !== undefined ? { chunkSize } : {}),
+  });
   const plain = await decompressBlob(r.blob, kind === 'zstd:chunked');
   if (sha256(plain) !== r.diffID)
     throw new Error(`writer DiffID ${r.diffID} differs from the decompressed blob`);

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { runCheck } from '../../src/cli/check-command.js';
 import { checkStoreRoot, type StoreCheckResult } from '../../src/store/check.js';
 import { startControlSocket } from '../../src/store/control-socket.js';
-import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
+import { StoreSlot } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
@@ -42,23 +42,19 @@ describe('check (real registry, real FUSE mount)', () => {
   let dir: string;
   let mnt: string;
   let root: string;
-  let running: MountedStore | undefined;
+  const slot = new StoreSlot();
   const big = randomBytes(1 << 20);
   let diff = '';
 
   const start = async () => {
-    running = await startMountedStore({
+    await slot.start({
       root,
       mountpoint: mnt,
       requestTimeoutMs: 5000,
       layer: { backgroundFetch: false, prefetch: false },
     });
   };
-  const stop = async () => {
-    const r = running;
-    running = undefined;
-    await r?.stop();
-  };
+  const stop = (): Promise<void> => slot.stop();
 
   beforeAll(async () => {
     registry = await startRegistry();
@@ -179,7 +175,7 @@ describe('check (real registry, real FUSE mount)', () => {
       expect(fixed.output).toContain(`REMOVED  chunk-corrupt  ${victim}`);
       expect((await runCheck({ root: '/nonexistent', addr })).code).toBe(0);
 
-      running!.cache.dropMemory();
+      slot.current!.cache.dropMemory();
       const again = await probe([{ op: 'sha256', path: join(diff, 'app', 'big.bin') }]);
       expect(again[0]).toEqual({ sha256: sha256(big), length: big.length });
     } finally {

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { controlRequest } from '../../src/store/control-socket.js';
 import type { PinStatus } from '../../src/store/pins.js';
 import { waitForPins } from '../../src/cli/pin-command.js';
-import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
+import { StoreSlot } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, sha256 } from '../helpers/store.js';
@@ -31,26 +31,21 @@ describe('pins (real registry, real FUSE mount)', () => {
   let registry: TestRegistry;
   let dir: string;
   let mnt: string;
-  let running: MountedStore | undefined;
+  const slot = new StoreSlot();
   const files = [randomBytes(700 * 1024), randomBytes(300 * 1024), Buffer.from('small\n')];
   let img: ReturnType<typeof assembleImage>;
   let ref = '';
 
   const start = async (root: string, sock: string, mountAt = mnt) => {
-    running = await startMountedStore({
+    return await slot.start({
       root,
       mountpoint: mountAt,
       controlSocket: sock,
       deadlines: { lookupMs: 3000, readMs: 3000, syntheticMs: 1000 },
       layer: { backgroundFetch: true, prefetch: false, stateDir: join(root, 'layer-state') },
     });
-    return running;
   };
-  const stop = async () => {
-    const r = running;
-    running = undefined;
-    await r?.stop();
-  };
+  const stop = (): Promise<void> => slot.stop();
 
   beforeAll(async () => {
     registry = await startRegistry();

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { controlRequest } from '../../src/store/control-socket.js';
 import type { PinStatus } from '../../src/store/pins.js';
 import { waitForPins } from '../../src/cli/pin-command.js';
-import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
+import { StoreSlot } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { runChild, type ChildResult } from '../helpers/fuse.js';
 import { assembleImage, buildTestLayer, makeTar, pushImage, type TarEntry } from '../helpers/store.js';
@@ -22,7 +22,7 @@ describe('Podman runs a pinned image with the registry gone', () => {
   let mnt: string;
   let sock: string;
   let env: NodeJS.ProcessEnv;
-  let running: MountedStore | undefined;
+  const slot = new StoreSlot();
   let ref = '';
   let big = Buffer.alloc(0);
   let layerDigest = '';
@@ -37,20 +37,15 @@ describe('Podman runs a pinned image with the registry gone', () => {
 
   const start = async () => {
     const root = join(dir, 'root');
-    running = await startMountedStore({
+    return await slot.start({
       root,
       mountpoint: mnt,
       controlSocket: sock,
       deadlines: { lookupMs: 5000, readMs: 5000, syntheticMs: 2000 },
       layer: { backgroundFetch: true, prefetch: false, stateDir: join(root, 'layer-state') },
     });
-    return running;
   };
-  const stop = async () => {
-    const r = running;
-    running = undefined;
-    await r?.stop();
-  };
+  const stop = (): Promise<void> => slot.stop();
 
   beforeAll(async () => {
     const w = await runChild('sh', ['-c', 'command -v podman']);

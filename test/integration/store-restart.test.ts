@@ -3,7 +3,7 @@ import { mkdtemp, mkdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startMountedStore, type MountedStore } from '../helpers/mounted-store.js';
+import { StoreSlot } from '../helpers/mounted-store.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 import { probe, probeOne } from '../helpers/fuse.js';
 import { appImage } from '../helpers/app-image.js';
@@ -22,24 +22,20 @@ describe('store restart while the registry is down (real FUSE mount, real regist
   let proxy: CountingProxy;
   let dir: string;
   let mnt: string;
-  let running: MountedStore | undefined;
+  const slot = new StoreSlot();
   const READ_MS = 2000;
   const small = Buffer.from('small file content\n');
   const big = randomBytes(3 << 20);
 
   const start = async () => {
-    running = await startMountedStore({
+    await slot.start({
       root: join(dir, 'root'),
       mountpoint: mnt,
       deadlines: { lookupMs: 3000, readMs: READ_MS, syntheticMs: 1000 },
       layer: { backgroundFetch: false, prefetch: false, deadlineMs: READ_MS },
     });
   };
-  const stop = async () => {
-    const r = running;
-    running = undefined;
-    await r?.stop();
-  };
+  const stop = (): Promise<void> => slot.stop();
 
   beforeAll(async () => {
     registry = await startRegistry();

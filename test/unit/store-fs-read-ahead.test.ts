@@ -5,15 +5,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ChunkCache } from '../../src/cache/chunk-cache.js';
 import type { OpContext } from '../../src/fs/vfs.js';
-import { buildLayerBuffer } from '../../src/format/writer/index.js';
 import { createLayerStore, type LayerStore } from '../../src/store/index.js';
 import { defaultOpenLayer, lazyLayerFactory } from '../../src/store/default-deps.js';
 import {
   assembleImage,
-  decompressBlob,
+  buildTestLayer,
   FakeRegistry,
   makeTar,
-  sha256,
   type BuiltLayer,
 } from '../helpers/store.js';
 
@@ -22,22 +20,8 @@ const b64 = (s: string) => Buffer.from(s).toString('base64');
 const ctx = (): OpContext => ({ signal: new AbortController().signal });
 
 /** A layer with small chunks so a 1 MiB file has dozens of chunks (and gzip members / zstd frames). */
-async function smallChunkLayer(tar: Buffer, format: 'estargz' | 'zstd:chunked'): Promise<BuiltLayer> {
-  const r = await buildLayerBuffer(tar, { format, chunkSize: 32 * KiB });
-  const plain = await decompressBlob(r.blob, format === 'zstd:chunked');
-  return {
-    blob: r.blob,
-    diffId: sha256(plain),
-    tocDigest: r.tocDigest,
-    uncompressedSize: plain.length,
-    descriptor: {
-      mediaType: r.mediaType,
-      digest: sha256(r.blob),
-      size: r.blob.length,
-      annotations: r.annotations,
-    },
-  };
-}
+const smallChunkLayer = (tar: Buffer, format: 'estargz' | 'zstd:chunked'): Promise<BuiltLayer> =>
+  buildTestLayer(tar, format, undefined, 32 * KiB);
 
 describe.each(['estargz', 'zstd:chunked'] as const)('store VirtualFs with read-ahead (%s)', (format) => {
   let root: string;
