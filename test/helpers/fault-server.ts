@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { passesBasicAuth } from './basic-auth.js';
 
 /**
  * A small registry-shaped HTTP server on 127.0.0.1 that serves blobs (and optionally manifests)
@@ -246,16 +247,7 @@ export async function startFaultServer(opts: FaultServerOptions = {}): Promise<F
       res.writeHead(200, { 'content-type': 'application/json' });
       return res.end('{}');
     }
-    if (opts.basicAuth) {
-      const want = `Basic ${Buffer.from(`${opts.basicAuth.user}:${opts.basicAuth.pass}`).toString('base64')}`;
-      if (req.headers.authorization !== want) {
-        res.writeHead(401, {
-          'www-authenticate': 'Basic realm="fault-server"',
-          'content-type': 'application/json',
-        });
-        return res.end(JSON.stringify({ errors: [{ code: 'UNAUTHORIZED' }] }));
-      }
-    }
+    if (opts.basicAuth && !passesBasicAuth(req, res, opts.basicAuth, 'fault-server')) return;
     const m = /^\/v2\/(.+)\/(blobs|manifests)\/([^/]+)$/.exec(u.pathname);
     if (m && m[2] === 'blobs') {
       const data = blobs.get(m[3]!);

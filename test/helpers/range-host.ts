@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { passesBasicAuth } from './basic-auth.js';
 
 /**
  * A registry-shaped blob server on 127.0.0.1 that answers Range the way one row of the fleet
@@ -108,16 +109,7 @@ export async function startRangeHost(o: RangeHostOptions): Promise<RangeHost> {
     requests.push({ method: req.method ?? 'GET', path: u.pathname, query: u.search, headers: req.headers });
     const m = /^\/v2\/.+\/blobs\/(sha256:[0-9a-f]{64})$/.exec(u.pathname);
     const data = m ? o.blobs[m[1]!] : undefined;
-    if (o.basicAuth) {
-      const want = `Basic ${Buffer.from(`${o.basicAuth.user}:${o.basicAuth.pass}`).toString('base64')}`;
-      if (req.headers.authorization !== want) {
-        res.writeHead(401, {
-          'www-authenticate': 'Basic realm="range-host"',
-          'content-type': 'application/json',
-        });
-        return res.end('{"errors":[{"code":"UNAUTHORIZED"}]}');
-      }
-    }
+    if (o.basicAuth && !passesBasicAuth(req, res, o.basicAuth, 'range-host')) return;
     if (u.pathname === '/v2/' || u.pathname === '/v2') {
       res.writeHead(200, { 'content-type': 'application/json' });
       return res.end('{}');

@@ -6,7 +6,13 @@ import tarStream from 'tar-stream';
 import { buildLayerBuffer } from '../../src/format/writer/index.js';
 import { StoreError } from '../../src/util/errors.js';
 import { BufferRangeReader, type RangeReader } from '../../src/util/range-reader.js';
-import type { LayerMatch, StoreRegistry } from '../../src/store/deps.js';
+import type {
+  CreateLayerArgs,
+  CreateLayerFn,
+  LayerMatch,
+  LazyLayerLike,
+  StoreRegistry,
+} from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/layer-match.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 import type { Digest } from '../../src/util/digest.js';
@@ -394,4 +400,18 @@ export async function startCountingProxy(targetHost: string): Promise<CountingPr
   const addr = server.address();
   state.host = `127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
   return state;
+}
+
+/**
+ * `inner`'s layers with some members replaced (spies on start, close...). The methods a layer
+ * class keeps on its prototype are bound here, since spreading copies own fields only.
+ */
+export function patchLayers(
+  inner: CreateLayerFn,
+  patch: (args: CreateLayerArgs, layer: LazyLayerLike) => Partial<LazyLayerLike>,
+): CreateLayerFn {
+  return (args) => {
+    const l = inner(args);
+    return { ...l, read: (...a) => l.read(...a), state: () => l.state(), ...patch(args, l) };
+  };
 }

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { FsError } from '../../src/fs/errno.js';
-import { S_IFDIR, S_IFREG, type Attr, type VirtualFs } from '../../src/fs/vfs.js';
+import { ROOT_DIR_ATTR, S_IFREG, type Attr, type VirtualFs } from '../../src/fs/vfs.js';
 import { StoreError } from '../../src/util/errors.js';
 import { fakeFsStubs, mountFakeFs, type FakeMount } from '../helpers/fake-vfs.js';
 import { probeOne } from '../helpers/fuse.js';
@@ -24,21 +24,10 @@ const fileAttr: Attr = {
   rdev: 0,
   mtime: 7,
 };
-const rootAttr: Attr = {
-  mode: S_IFDIR | 0o755,
-  ino: 1,
-  uid: 0,
-  gid: 0,
-  size: 0,
-  nlink: 2,
-  rdev: 0,
-  mtime: 0,
-};
-
 const fake: VirtualFs = {
   async getattr(path) {
     getattrs++;
-    if (path === '/') return rootAttr;
+    if (path === '/') return { ...ROOT_DIR_ATTR };
     if (path === '/model') return fileAttr;
     throw new StoreError('E_NOT_FOUND', 'no such node', { path });
   },

@@ -9,7 +9,7 @@ import type { OpContext } from '../../src/fs/vfs.js';
 import type { LayerIndex, TreeNode } from '../../src/format/model.js';
 import { createLayerStore, type LayerStore } from '../../src/store/index.js';
 import { defaultOpenLayer, lazyLayerFactory } from '../../src/store/default-deps.js';
-import type { CreateLayerFn, OpenLayerFn } from '../../src/store/deps.js';
+import type { OpenLayerFn } from '../../src/store/deps.js';
 import { DiffView, utf8Compare } from '../../src/store/diff-view.js';
 import { InoAllocator } from '../../src/store/ino.js';
 import {
@@ -18,6 +18,7 @@ import {
   edgeCaseTar,
   FakeRegistry,
   makeTar,
+  patchLayers,
   type BuiltImage,
 } from '../helpers/store.js';
 
@@ -49,18 +50,12 @@ describe('store memory bounds over many refs and names', () => {
   };
   const open = (extra: Partial<Parameters<typeof createLayerStore>[0]> = {}) => {
     const inner = lazyLayerFactory(cache, { backgroundFetch: false, prefetch: false, deadlineMs: 5000 });
-    const createLayer: CreateLayerFn = (args) => {
-      const l = inner(args);
-      return {
-        ...l,
-        read: (...a) => l.read(...a),
-        state: () => l.state(),
-        close: async () => {
-          closes++;
-          await l.close();
-        },
-      };
-    };
+    const createLayer = patchLayers(inner, (_args, l) => ({
+      close: async () => {
+        closes++;
+        await l.close();
+      },
+    }));
     const s = createLayerStore({
       root,
       registry,

@@ -8,9 +8,16 @@ import type { OpContext } from '../../src/fs/vfs.js';
 import { tocAnnotation } from '../../src/registry/manifest.js';
 import { createLayerStore, type LayerStore } from '../../src/store/index.js';
 import { defaultOpenLayer, lazyLayerFactory } from '../../src/store/default-deps.js';
-import type { CreateLayerFn, OpenLayerFn } from '../../src/store/deps.js';
+import type { OpenLayerFn } from '../../src/store/deps.js';
 import { EagerQueue } from '../../src/store/eager.js';
-import { assembleImage, buildTestLayer, FakeRegistry, makeTar, type BuiltImage } from '../helpers/store.js';
+import {
+  assembleImage,
+  buildTestLayer,
+  FakeRegistry,
+  makeTar,
+  patchLayers,
+  type BuiltImage,
+} from '../helpers/store.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const ctx = (): OpContext => ({ signal: new AbortController().signal });
@@ -71,15 +78,7 @@ describe('eager resolution of an image’s other layers', () => {
       return await defaultOpenLayer(reader, opts);
     };
     const inner = lazyLayerFactory(cache, { backgroundFetch: false, prefetch: false, deadlineMs: 5000 });
-    const createLayer: CreateLayerFn = (args) => {
-      const l = inner(args);
-      return {
-        ...l,
-        read: (...a) => l.read(...a),
-        state: () => l.state(),
-        start: () => started.add(args.blobDigest),
-      };
-    };
+    const createLayer = patchLayers(inner, (args) => ({ start: () => started.add(args.blobDigest) }));
     const logger = pino(
       { level: 'info' },
       {
