@@ -7,13 +7,7 @@ import { ChunkCache } from '../../src/cache/chunk-cache.js';
 import type { OpContext } from '../../src/fs/vfs.js';
 import { createLayerStore, type LayerStore } from '../../src/store/index.js';
 import { defaultOpenLayer, lazyLayerFactory } from '../../src/store/default-deps.js';
-import {
-  assembleImage,
-  buildTestLayer,
-  FakeRegistry,
-  makeTar,
-  type BuiltLayer,
-} from '../helpers/store.js';
+import { assembleImage, buildTestLayer, FakeRegistry, makeTar, type BuiltLayer } from '../helpers/store.js';
 
 const KiB = 1024;
 const b64 = (s: string) => Buffer.from(s).toString('base64');
