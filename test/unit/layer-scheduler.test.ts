@@ -14,6 +14,39 @@ async function settle(rounds = 20): Promise<void> {
   for (let i = 0; i < rounds; i++) await new Promise<void>((r) => setImmediate(r));
 }
 
+/**
+ * Submits one task per gate through `submit`; each holds until its gate opens. `running()` and
+ * `peak()` count the tasks inside at once; gates open one by one, settling before each.
+ */
+function gatedTasks(
+  count: number,
+  submit: (fn: () => Promise<void>) => Promise<void>,
+): { running: () => number; peak: () => number; openEach: (check?: () => void) => Promise<void> } {
+  let running = 0;
+  let peak = 0;
+  const gates = Array.from({ length: count }, () => gate());
+  const tasks = gates.map((g) =>
+    submit(async () => {
+      running++;
+      peak = Math.max(peak, running);
+      await g.promise;
+      running--;
+    }),
+  );
+  return {
+    running: () => running,
+    peak: () => peak,
+    openEach: async (check) => {
+      for (const g of gates) {
+        await settle();
+        check?.();
+        g.open();
+      }
+      await Promise.all(tasks);
+    },
+  };
+}
+
 describe('FetchScheduler', () => {
   it('runs background work only when no on-demand work is in flight and after the quiet period', async () => {
     const clock = new ManualClock();
@@ -45,24 +78,9 @@ describe('FetchScheduler', () => {
 
   it('bounds background concurrency', async () => {
     const s = new FetchScheduler({ quietMs: 0, backgroundConcurrency: 2 });
-    let running = 0;
-    let peak = 0;
-    const gates = Array.from({ length: 8 }, () => gate());
-    const tasks = gates.map((g) =>
-      s.background(async () => {
-        running++;
-        peak = Math.max(peak, running);
-        await g.promise;
-        running--;
-      }),
-    );
-    for (const g of gates) {
-      await settle();
-      expect(running).toBeLessThanOrEqual(2);
-      g.open();
-    }
-    await Promise.all(tasks);
-    expect(peak).toBe(2);
+    const t = gatedTasks(8, (fn) => s.background(fn));
+    await t.openEach(() => expect(t.running()).toBeLessThanOrEqual(2));
+    expect(t.peak()).toBe(2);
   });
 
   it('an on-demand fetch preempts running background work, which is re-run later', async () => {
@@ -126,23 +144,9 @@ describe('FetchScheduler', () => {
 
   it('background CPU steps run one at a time and wait for on-demand work', async () => {
     const s = new FetchScheduler({ quietMs: 0 });
-    let running = 0;
-    let peak = 0;
-    const gates = [gate(), gate(), gate()];
-    const steps = gates.map((g) =>
-      s.backgroundCpu(async () => {
-        running++;
-        peak = Math.max(peak, running);
-        await g.promise;
-        running--;
-      }),
-    );
-    for (const g of gates) {
-      await settle();
-      g.open();
-    }
-    await Promise.all(steps);
-    expect(peak).toBe(1);
+    const t = gatedTasks(3, (fn) => s.backgroundCpu(fn));
+    await t.openEach();
+    expect(t.peak()).toBe(1);
     const fgGate = gate();
     const fg = s.foreground(() => fgGate.promise);
     let ran = false;
