@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, unlink, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
 import { StoreError } from '../util/errors.js';
@@ -12,6 +12,7 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
+import { stampOf, VerifiedFiles } from './verified-files.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 export interface ChunkCacheOptions {
@@ -51,12 +52,17 @@ export interface ChunkCacheStats {
 
 export { footprint } from './disk-budget.js';
 
+/** Chunk files remembered as verified (about 150 bytes each); beyond it the oldest is hashed again. */
+const VERIFIED_FILES_MAX = 200_000;
+
 /**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
  * the file holding exactly the chunk bytes. Identical chunks of different layers/images are stored
- * once and survive restarts. Every disk read is re-hashed (off the main thread) against the file
- * name, so a torn write after a crash, bit rot or tampering is detected, deleted and reported as
- * a miss (the caller refetches); it is never served. Callers must only `put` verified bytes.
+ * once and survive restarts. A chunk file is hashed whole (off the main thread) against its name
+ * the first time this process reads it and whenever it changed since (verified-files.ts), so a
+ * torn write after a crash, bit rot or tampering is detected, deleted and reported as a miss (the
+ * caller refetches); it is never served. Slices of files verified since start are read directly
+ * (`readSlice`). Callers must only `put` verified bytes.
  *
  * Returned buffers are shared with the in-memory LRU: treat them as read-only.
  */
@@ -71,6 +77,8 @@ export class ChunkCache {
   private readonly tmpPrefix = `${process.pid}-${randomBytes(4).toString('hex')}-`;
   private tmpCounter = 0;
   private readonly knownDirs = new Set<string>();
+  /** Chunk files verified by this process: slices of them are read without re-hashing. */
+  private readonly verified: VerifiedFiles;
   private readonly reads = new SingleFlight<string, Buffer | undefined>();
   private readonly writes = new SingleFlight<string, void>();
   private scanned = false;
@@ -100,6 +108,7 @@ export class ChunkCache {
     this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
     this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes);
+    this.verified = new VerifiedFiles(Math.min(bounds.maxEntries, VERIFIED_FILES_MAX) || 1);
     for (const [k, v] of Object.entries(bounds)) {
       if (!Number.isFinite(v) || v < 0)
         throw new StoreError('E_CONFIG', `cache ${k} must be >= 0`, { [k]: v });
@@ -168,37 +177,88 @@ export class ChunkCache {
     return await this.reads.run(hex, () => this.readVerified(hex));
   }
 
+  /**
+   * Copy bytes [from, to) of the chunk (`size` bytes long) into `out` at `pos` when that needs no
+   * fetch and no whole-chunk hash (in memory, or a file this process verified, unchanged since).
+   * False otherwise, or when its real size is not `size`: the caller then loads it the usual way.
+   */
+  async readSlice(
+    digest: string,
+    size: number,
+    slice: { from: number; to: number },
+    out: Buffer,
+    pos: number,
+  ): Promise<boolean> {
+    const hex = digestHex(digest);
+    const { from, to } = slice;
+    const mem = this.getMemory(digest);
+    if (mem !== undefined) {
+      if (mem.length !== size) return false;
+      mem.copy(out, pos, from, to);
+      return true;
+    }
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) await writing;
+    if (!(await this.verified.readInto(hex, this.paths.chunkFile(hex), size, slice, out, pos))) return false;
+    this.counters.diskHits++;
+    this.index.touch(hex);
+    return true;
+  }
+
+  /** True when `readSlice` can serve the chunk without hashing it (synchronous, a hint). */
+  hasVerified(digest: string): boolean {
+    const hex = digestHex(digest);
+    return this.memory.has(hex) || this.verified.has(hex) || this.writes.has(hex);
+  }
+
   private async readVerified(hex: string): Promise<Buffer | undefined> {
     const file = this.paths.chunkFile(hex);
     let data: Buffer;
+    let fh: FileHandle | undefined;
+    let before: string | undefined;
     try {
-      data = await readFile(file);
+      fh = await open(file, 'r');
+      const st = await fh.stat({ bigint: true });
+      before = stampOf(st);
+      data = await fh.readFile();
     } catch (err) {
+      await fh?.close().catch(() => undefined);
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
         this.logger.warn({ err, file }, 'cannot read cached chunk');
       }
+      this.verified.forget(hex);
       this.index.remove(hex);
       this.counters.misses++;
       return undefined;
     }
-    const actual = await sha256Hex(data);
-    if (actual !== hex) {
-      this.counters.corrupt++;
-      this.counters.misses++;
-      this.index.remove(hex);
-      this.logger.warn({ file, size: data.length, actual }, 'corrupt chunk in cache (torn write?); removed');
-      await unlink(file).catch(() => undefined);
-      return undefined;
+    try {
+      const actual = await sha256Hex(data);
+      if (actual !== hex) {
+        this.counters.corrupt++;
+        this.counters.misses++;
+        this.verified.forget(hex);
+        this.index.remove(hex);
+        this.logger.warn(
+          { file, size: data.length, actual },
+          'corrupt chunk in cache (torn write?); removed',
+        );
+        await unlink(file).catch(() => undefined);
+        return undefined;
+      }
+      // mtime: recency for the LRU order rebuilt after a restart; stamped after that touch, and
+      // only if nothing changed the file while it was read and hashed
+      const unchanged = stampOf(await fh.stat({ bigint: true })) === before;
+      const now = new Date();
+      await fh.utimes(now, now).catch(() => undefined);
+      if (unchanged) await this.verified.record(hex, fh);
+    } finally {
+      await fh.close().catch(() => undefined);
     }
     if (this.index.has(hex)) this.index.touch(hex);
-    // Unknown before the scan finished: a file from an earlier run. After it: evicted while we
-    // were reading, so the file is gone and must not be indexed again.
+    // Unknown before the scan finished: from an earlier run; after it: evicted while being read
     else if (!this.scanned) this.index.add(hex, footprint(data.length));
     this.memory.set(hex, data);
     this.counters.diskHits++;
-    // mtime records recency for the LRU order rebuilt after a restart.
-    const now = new Date();
-    void utimes(file, now, now).catch(() => undefined);
     return data;
   }
 
@@ -209,7 +269,7 @@ export class ChunkCache {
    */
   async put(digest: string, data: Buffer): Promise<void> {
     const hex = digestHex(digest);
-    this.memory.set(hex, ownedCopy(data));
+    this.memory.set(hex, data);
     if (this.closed) return;
     if (this.index.has(hex)) {
       this.index.touch(hex);
@@ -238,9 +298,16 @@ export class ChunkCache {
         await mkdir(dir, { recursive: true, mode: 0o700 });
         this.knownDirs.add(dir);
       }
-      await writeFile(tmp, data, { mode: 0o600, flag: 'wx' });
-      crashPoint('chunk-write');
-      await rename(tmp, this.paths.chunkFile(hex));
+      const fh = await open(tmp, 'wx', 0o600);
+      try {
+        await fh.writeFile(data);
+        crashPoint('chunk-write');
+        await rename(tmp, this.paths.chunkFile(hex));
+        // written from verified bytes: slices of it need no hash (stat after the rename: it moves ctime)
+        await this.verified.record(hex, fh);
+      } finally {
+        await fh.close().catch(() => undefined);
+      }
       this.index.add(hex, bytes);
       this.counters.writes++;
       this.writeFaults.succeeded(this.logger);
@@ -330,16 +397,4 @@ export class ChunkCache {
       'chunk cache index ready',
     );
   }
-}
-
-/**
- * Keep only the chunk's own bytes alive, not a larger buffer it may be a view of: a decompression
- * buffer, or (small chunks) Node's shared allocation slab, 64 KiB on Node 24, which one cached
- * 1 KiB file would otherwise pin whole. The copy is exact-size (allocUnsafeSlow: not from a slab).
- */
-export function ownedCopy(data: Buffer): Buffer {
-  if (data.buffer.byteLength <= data.length * 1.25) return data;
-  const own = Buffer.allocUnsafeSlow(data.length);
-  data.copy(own);
-  return own;
 }

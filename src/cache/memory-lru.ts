@@ -36,7 +36,7 @@ export class MemoryLru {
   set(key: string, buf: Buffer): void {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
     if (buf.length > this.maxBytes / 4) return;
-    this.lru.set(key, buf);
+    this.lru.set(key, ownedCopy(buf));
   }
 
   delete(key: string): void {
@@ -46,4 +46,16 @@ export class MemoryLru {
   clear(): void {
     this.lru.clear();
   }
+}
+
+/**
+ * Keep only the chunk's own bytes alive, not a larger buffer it may be a view of: a decompression
+ * buffer, or (small chunks) Node's shared allocation slab, 64 KiB on Node 24, which one cached
+ * 1 KiB file would otherwise pin whole. The copy is exact-size (allocUnsafeSlow: not from a slab).
+ */
+function ownedCopy(data: Buffer): Buffer {
+  if (data.buffer.byteLength <= data.length * 1.25) return data;
+  const own = Buffer.allocUnsafeSlow(data.length);
+  data.copy(own);
+  return own;
 }

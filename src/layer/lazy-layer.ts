@@ -5,6 +5,7 @@ import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { asBlobSource } from '../util/blob-read.js';
 import { assemble } from './assemble.js';
+import { readFromCache } from './cache-slices.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
 import { withDeadline } from '../util/abort.js';
 import { planLayerAsync, type LayerPlan } from './plan.js';
@@ -192,7 +193,12 @@ export class LazyLayer {
     // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
     // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
     const gaveUp = new AbortController();
-    const work = this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal }).then((bufs) => {
+    const work = readFromCache(this.cache, chunks, offset, end).then(async (hit) => {
+      if (hit !== undefined) {
+        for (const c of chunks) if (!c.zeros) this.status.markVerified(c);
+        return hit;
+      }
+      const bufs = await this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal });
       if (this.status.badError !== undefined) throw this.status.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });

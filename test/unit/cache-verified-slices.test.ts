@@ -1,0 +1,128 @@
+/**
+ * ChunkCache.readSlice: slices of chunk files this process verified are read without hashing the
+ * chunk again, and any change to such a file (in place, truncated, replaced) sends the read back
+ * to the whole-file hash, which removes a corrupt file. A new process trusts nothing it has not
+ * hashed itself.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ChunkCache } from '../../src/cache/index.js';
+
+const digestOf = (b: Buffer): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
+
+let root: string;
+const opened: ChunkCache[] = [];
+
+async function openCache(): Promise<ChunkCache> {
+  // memoryBytes 1: nothing is served from memory, every slice comes from the chunk file
+  const c = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 });
+  await c.whenScanned();
+  opened.push(c);
+  return c;
+}
+
+async function slice(c: ChunkCache, digest: string, size: number, from: number, to: number) {
+  const out = Buffer.alloc(to - from + 8, 0xee);
+  const ok = await c.readSlice(digest, size, { from, to }, out, 4);
+  return {
+    ok,
+    bytes: out.subarray(4, 4 + to - from),
+    guard: [out.subarray(0, 4), out.subarray(4 + to - from)],
+  };
+}
+
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), 'sgz-slices-'));
+});
+afterEach(async () => {
+  for (const c of opened.splice(0)) await c.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+describe('ChunkCache.readSlice', () => {
+  it('reads the requested bytes of a chunk it wrote, touching nothing around them', async () => {
+    const c = await openCache();
+    const data = randomBytes(300_000);
+    const d = digestOf(data);
+    await c.put(d, data);
+    await c.flush();
+    expect(c.hasVerified(d)).toBe(true);
+    for (const [from, to] of [
+      [0, 1],
+      [1000, 132_072],
+      [299_999, 300_000],
+      [0, 300_000],
+    ] as const) {
+      const r = await slice(c, d, data.length, from, to);
+      expect(r.ok).toBe(true);
+      expect(r.bytes.equals(data.subarray(from, to))).toBe(true);
+      for (const g of r.guard) expect(g.every((x) => x === 0xee)).toBe(true);
+    }
+    expect(c.stats().corrupt).toBe(0);
+  });
+
+  it('refuses a size the chunk does not have (a TOC that disagrees) without forgetting the file', async () => {
+    const c = await openCache();
+    const data = randomBytes(5000);
+    const d = digestOf(data);
+    await c.put(d, data);
+    await c.flush();
+    expect((await slice(c, d, 4000, 0, 100)).ok).toBe(false);
+    expect((await slice(c, d, 5000, 0, 100)).ok).toBe(true);
+  });
+
+  it.each([
+    [
+      'a byte flipped in place',
+      async (f: string) => {
+        const b = await readFile(f);
+        b[10] = b[10]! ^ 1;
+        await writeFile(f, b);
+      },
+    ],
+    ['truncated', async (f: string) => truncate(f, 17)],
+    [
+      'replaced by another file renamed over it',
+      async (f: string) => {
+        const b = await readFile(f);
+        b[20] = b[20]! ^ 1;
+        await writeFile(f + '.x', b);
+        await rename(f + '.x', f);
+      },
+    ],
+  ])('a file changed after it was verified (%s) is hashed again and never served', async (_, damage) => {
+    const c = await openCache();
+    const data = randomBytes(64 * 1024);
+    const d = digestOf(data);
+    await c.put(d, data);
+    await c.flush();
+    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(true);
+    await damage(c.paths.chunkFile(d.slice('sha256:'.length)));
+    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(false);
+    expect(c.hasVerified(d)).toBe(false);
+    // the usual load path hashes the file, finds it corrupt and removes it
+    expect(await c.get(d)).toBeUndefined();
+    expect(c.stats().corrupt).toBe(1);
+    expect(c.has(d)).toBe(false);
+  });
+
+  it('after a restart a file is trusted only once this process hashed it whole', async () => {
+    const first = await openCache();
+    const data = randomBytes(100_000);
+    const d = digestOf(data);
+    await first.put(d, data);
+    await first.close();
+    opened.splice(0);
+    const again = await openCache();
+    expect(again.hasVerified(d)).toBe(false);
+    expect((await slice(again, d, data.length, 0, 10)).ok).toBe(false);
+    expect((await again.get(d))?.equals(data)).toBe(true);
+    expect(again.hasVerified(d)).toBe(true);
+    const r = await slice(again, d, data.length, 50_000, 60_000);
+    expect(r.ok).toBe(true);
+    expect(r.bytes.equals(data.subarray(50_000, 60_000))).toBe(true);
+  });
+});
