@@ -571,7 +571,8 @@ describe('LazyLayer bookkeeping stays off the hot path', () => {
           index: { ...fx.index, prefetch: { kind: 'landmark', end: big.chunks[2]!.compressedOffset } },
         },
         new TestSource(fx.blob),
-        { logger, backgroundFetch: true, expectedDiffID: fx.diffID },
+        // retries after the recorded failure: no real 30 s / 60 s pauses in a unit test
+        { logger, backgroundFetch: true, expectedDiffID: fx.diffID, retryDelayMs: 1 },
       );
       layer.start();
       await layer.whenPrefetched();
