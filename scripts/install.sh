@@ -81,7 +81,7 @@ if ((BUILD)); then
   echo "install.sh: building" >&2
   npm run --silent build
 fi
-for f in dist/src/cli/main.js dist/src/cli/helper-main.js bin/stargz-store.js bin/stargz-store-helper.js bin/node-options; do
+for f in dist/src/cli/main.js dist/src/cli/helper-main.js bin/stargz-store.js bin/stargz-store-helper.js bin/node-options bin/store-env; do
   [[ -f $f ]] || { echo "install.sh: missing $SRC/$f (build failed?)" >&2; exit 1; }
 done
 
@@ -122,7 +122,11 @@ write_wrapper() { # name entry
     [[ $1 == stargz-store-helper ]] && printf '[ "$#" -eq 0 ] && set -- "%s"\n' "$STATEDIR/store.sock"
     # the store runs with the V8 options of bin/node-options (as bin/stargz-store does)
     local opts=''
-    [[ $1 == stargz-store ]] && opts="$(grep -v '^#' "$LIBDIR/bin/node-options" | tr '\n' ' ')"
+    if [[ $1 == stargz-store ]]; then
+      opts="$(grep -v '^#' "$LIBDIR/bin/node-options" | tr '\n' ' ')"
+      # and the environment of bin/store-env
+      grep -v -e '^#' -e '^$' "$LIBDIR/bin/store-env" | sed 's/^/export /'
+    fi
     printf 'exec "%s" %s"%s/bin/%s" "$@"\n' "$NODE" "$opts" "$LIBDIR" "$2"
   } >"$tmp"
   chmod 0755 "$tmp"
