@@ -12,7 +12,7 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
-import { stampOf, VerifiedFiles } from './verified-files.js';
+import { STAMP_MIN_BYTES, stampOf, VerifiedFiles } from './verified-files.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 export interface ChunkCacheOptions {
@@ -51,9 +51,6 @@ export interface ChunkCacheStats {
 }
 
 export { footprint } from './disk-budget.js';
-
-/** Chunk files remembered as verified (about 150 bytes each); beyond it the oldest is hashed again. */
-const VERIFIED_FILES_MAX = 200_000;
 
 /**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
@@ -108,7 +105,7 @@ export class ChunkCache {
     this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
     this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes);
-    this.verified = new VerifiedFiles(Math.min(bounds.maxEntries, VERIFIED_FILES_MAX) || 1);
+    this.verified = new VerifiedFiles(bounds.maxEntries);
     for (const [k, v] of Object.entries(bounds)) {
       if (!Number.isFinite(v) || v < 0)
         throw new StoreError('E_CONFIG', `cache ${k} must be >= 0`, { [k]: v });
@@ -303,8 +300,9 @@ export class ChunkCache {
         await fh.writeFile(data);
         crashPoint('chunk-write');
         await rename(tmp, this.paths.chunkFile(hex));
-        // written from verified bytes: slices of it need no hash (stat after the rename: it moves ctime)
-        await this.verified.record(hex, fh);
+        // verified bytes: slices need no hash (stat after the rename, which moves ctime); a chunk up
+        // to one FUSE read is read whole anyway, so it is not stamped (one syscall less)
+        if (data.length > STAMP_MIN_BYTES) await this.verified.record(hex, fh);
       } finally {
         await fh.close().catch(() => undefined);
       }

@@ -15,11 +15,16 @@ import { Lru } from '../util/lru.js';
  * the file system does not see is caught by that whole-file hash on the first read after each
  * start, as before.
  */
+/** Files remembered at most (about 150 bytes each); beyond it the oldest is hashed again. */
+const MAX_STAMPS = 200_000;
+/** Chunks written above this size (one FUSE read) are stamped for slice reads. */
+export const STAMP_MIN_BYTES = 128 * 1024;
+
 export class VerifiedFiles {
   private readonly stamps: Lru<string, string>;
 
   constructor(maxEntries: number) {
-    this.stamps = new Lru({ maxEntries });
+    this.stamps = new Lru({ maxEntries: Math.max(1, Math.min(maxEntries, MAX_STAMPS)) });
   }
 
   has(hex: string): boolean {
