@@ -5,6 +5,7 @@ import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import { layerStateWriteFaults } from '../util/write-faults.js';
 import { backgroundPass } from './background.js';
+import type { StreamDigestResult } from './diffid.js';
 import type { LayerStatus } from './layer-status.js';
 import type { LazyLayerOptions } from './lazy-layer-options.js';
 import { planUnits, type LayerPlan } from './plan.js';
@@ -116,17 +117,21 @@ export async function runBackground(r: BackgroundRun): Promise<void> {
  * Compare the stream with the config's diff_id. A match is remembered (and persisted); a
  * mismatch marks the layer bad only when `final` (after the fresh re-check pass).
  */
-async function checkDiffID(
-  r: BackgroundRun,
-  stream: { digest: string; size: number },
-  final: boolean,
-): Promise<boolean> {
+async function checkDiffID(r: BackgroundRun, stream: StreamDigestResult, final: boolean): Promise<boolean> {
   const { status } = r;
   const expected = r.opts.expectedDiffID!;
   const layerKey = r.opts.layerKey;
-  if (stream.digest === expected) {
+  const padding = stream.padded?.find((p) => p.digest === expected);
+  if (padding !== undefined) {
+    r.logger.warn(
+      { expected, paddingBytes: padding.bytes },
+      'layer stream matches the diff_id once the zero padding after the tar end is added (zstd:chunked written without it); accepted',
+    );
+  }
+  if (stream.digest === expected || padding !== undefined) {
+    const size = stream.size + (padding?.bytes ?? 0);
     status.fullyVerified = true;
-    status.uncompressedSize = stream.size;
+    status.uncompressedSize = size;
     releaseLocalBytes(r.opts, status);
     if (r.opts.stateDir !== undefined) {
       await saveLayerState(r.opts.stateDir, {
@@ -134,7 +139,7 @@ async function checkDiffID(
         diffID: expected,
         fullyVerified: true,
         verifiedAt: new Date().toISOString(),
-        uncompressedSize: stream.size,
+        uncompressedSize: size,
       }).then(
         () => layerStateWriteFaults.succeeded(r.logger),
         (err: unknown) => {

@@ -4,7 +4,7 @@ import type { Chunk, Compression } from '../format/model.js';
 import { crashPoint } from '../util/crash-points.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
-import { StreamDigest } from './diffid.js';
+import { StreamDigest, type StreamDigestResult } from './diffid.js';
 import type { FetchUnit } from './plan.js';
 import type { FetchScheduler } from './scheduler.js';
 import type { SpanFetcher } from './span-fetcher.js';
@@ -31,7 +31,7 @@ export interface BackgroundContext {
 
 export interface PassResult {
   /** sha256 and length of the decompressed stream, when hashing. */
-  stream?: { digest: string; size: number };
+  stream?: StreamDigestResult;
   chunkErrors: number;
 }
 

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { Transform } from 'node:stream';
 import { createGunzip } from 'node:zlib';
@@ -15,6 +15,37 @@ const zstd = createRequire(import.meta.url)('zstd-napi') as { DecompressStream: 
  * outputs nothing after a leading skippable frame (measured on Node 24.21): not usable here.
  */
 const PIECE: Record<Compression, number> = { gzip: 256 * 1024, zstd: 64 * 1024 };
+
+export interface StreamDigestResult {
+  /** sha256 of the decompressed stream. */
+  digest: string;
+  size: number;
+  /**
+   * zstd only: sha256 of the stream followed by 512..10240 zero bytes (`bytes`). Podman 4.3's
+   * zstd:chunked writer drops the zero padding after the tar's end-of-archive blocks while the
+   * image config keeps the original tar's diff_id (seen on the lab's Debian base layer: the stream
+   * is the original tar minus its last 1024 zero bytes). Zeros after the end of the archive hold no
+   * file content, so a match with one of these is still a full verification of every byte served.
+   */
+  padded?: Array<{ digest: string; bytes: number }>;
+}
+
+/** The tar block and record sizes: padding after the end-of-archive blocks is whole blocks, up to one record. */
+const TAR_BLOCK = 512;
+const TAR_RECORD = 10240;
+
+function paddedDigests(hash: Hash): Array<{ digest: string; bytes: number }> {
+  const out: Array<{ digest: string; bytes: number }> = [];
+  const block = Buffer.alloc(TAR_BLOCK);
+  let h = hash.copy();
+  for (let bytes = TAR_BLOCK; bytes <= TAR_RECORD; bytes += TAR_BLOCK) {
+    h.update(block);
+    const next = h.copy();
+    out.push({ digest: 'sha256:' + h.digest('hex'), bytes });
+    h = next;
+  }
+  return out;
+}
 
 /**
  * sha256 of the decompressed stream of a layer's compressed bytes, fed in order, without a worker
@@ -80,13 +111,16 @@ export class StreamDigest {
     });
   }
 
-  async end(): Promise<{ digest: string; size: number }> {
+  async end(): Promise<StreamDigestResult> {
     if (this.failure !== undefined) throw this.failure;
     const dec = this.start();
     dec.end();
     await this.finished;
     if (this.failure !== undefined) throw this.failure;
-    return { digest: 'sha256:' + this.hash.digest('hex'), size: this.size };
+    const padded = this.compression === 'zstd' ? paddedDigests(this.hash) : undefined;
+    const out: StreamDigestResult = { digest: 'sha256:' + this.hash.digest('hex'), size: this.size };
+    if (padded !== undefined) out.padded = padded;
+    return out;
   }
 
   async destroy(): Promise<void> {

@@ -34,6 +34,8 @@ export interface Fixture {
   diffID: string;
   /** Length of the decompressed stream the DiffID is computed over. */
   uncompressedSize: number;
+  /** The decompressed stream itself. */
+  stream: Buffer;
   /** Compressed member boundaries, in order. */
   members: Array<{ offset: number; end: number }>;
 }
@@ -163,7 +165,16 @@ export function buildFixture(
     prefetch,
     dataEnd: members[members.length - 1]!.offset,
   };
-  return { index, blob, files, nodes: byPath, diffID, uncompressedSize: plainStream.length, members };
+  return {
+    index,
+    blob,
+    files,
+    nodes: byPath,
+    diffID,
+    uncompressedSize: plainStream.length,
+    stream: plainStream,
+    members,
+  };
 }
 
 /** A mix of file shapes: empty, tiny (shared members), multi-chunk, exact multiples, zero runs. */

@@ -361,6 +361,29 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(freshBytes).toBe(fx.blob.length);
   });
 
+  it('a diff_id that also covers zero padding after the stream: accepted for zstd only (Podman zstd:chunked)', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const padded = (fill: number) => sha256(Buffer.concat([fx.stream, Buffer.alloc(1024, fill)]));
+    const zeros = makeLayer(fx, new TestSource(fx.blob), {
+      backgroundFetch: true,
+      expectedDiffID: padded(0),
+    });
+    zeros.start();
+    await zeros.whenBackgroundDone();
+    if (compression === 'zstd') {
+      expect(zeros.state()).toMatchObject({ bad: false, fullyVerified: true });
+      // the size the diff_id covers, as the client's diff-size
+      expect(zeros.state().uncompressedSize).toBe(fx.uncompressedSize + 1024);
+    } else {
+      expect(zeros.state()).toMatchObject({ bad: true, fullyVerified: false });
+    }
+    // padding that is not zeros is content the stream lacks: bad in both formats
+    const ones = makeLayer(fx, new TestSource(fx.blob), { backgroundFetch: true, expectedDiffID: padded(1) });
+    ones.start();
+    await ones.whenBackgroundDone();
+    expect(ones.state()).toMatchObject({ bad: true, fullyVerified: false });
+  });
+
   it('a DiffID mismatch caused by stale cached bytes is re-checked with fresh ones: not bad', async () => {
     const fx = buildFixture(mixedSpecs(chunkSize), compression);
     // A cache on the way serves a different (valid, same-length) trailing member unless asked for
