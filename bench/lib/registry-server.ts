@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { StoreError } from '../../src/util/errors.js';
@@ -198,6 +198,8 @@ export async function startBenchRegistry(opts: RegistryLaunch): Promise<BenchReg
       if (!exited) child.kill('SIGKILL');
       await exitedP;
     }
+    // one config per port: without this every run left one behind in the work dir
+    await rm(conf, { force: true });
   };
   const undo = onCleanup(`registry ${host}`, stopNow);
   const dialHost = address;
