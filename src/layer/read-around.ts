@@ -54,11 +54,21 @@ export class ReadAround {
     let covered = 0;
     for (const s of sorted) {
       const limit = Math.min(this.o.blobSize, s.end + this.window);
+      // the rest of the asked chunk's own file rides along up to the largest window at once: a
+      // finely chunked file (zstd:chunked, ~50 KiB chunks) read through page faults (a mapped
+      // library) otherwise costs a request per fault, where one eStargz chunk holds the file
+      const fileLimit = Math.min(this.o.blobSize, s.end + Math.max(this.window, MAX_READ_AROUND_BYTES));
+      const start = firstAtOrAfter(all, s.end);
+      let prev = start > 0 && all[start - 1]!.compressedEnd === s.end ? all[start - 1] : undefined;
       let end = Math.max(s.end, covered);
-      for (let i = firstAtOrAfter(all, s.end); i < all.length; i++) {
+      for (let i = start; i < all.length; i++) {
         const c = all[i]!;
+        const sameFile =
+          prev !== undefined && c.fileOffset > 0 && c.fileOffset === prev.fileOffset + prev.size;
+        prev = sameFile ? c : undefined;
         // a hole (other data, another file's metadata) larger than a gap ends the run
-        if (c.compressedOffset > end + this.o.maxGap || c.compressedEnd > limit) break;
+        if (c.compressedOffset > end + this.o.maxGap || c.compressedEnd > (sameFile ? fileLimit : limit))
+          break;
         if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
         if (c.compressedEnd <= end || askedKeys.has(`${c.compressedOffset}:${c.compressedEnd}`)) {
           end = Math.max(end, c.compressedEnd);

@@ -260,7 +260,12 @@ export class SpanFetcher {
     }
     const ranges = spans.map((s) => ({ offset: s.offset, length: s.end - s.offset }));
     this.ctx.logger.debug(
-      { priority: opts.priority, ranges: ranges.length, bytes: ranges.reduce((a, r) => a + r.length, 0) },
+      {
+        priority: opts.priority,
+        ranges: ranges.length,
+        offset: ranges[0]?.offset,
+        bytes: ranges.reduce((a, r) => a + r.length, 0),
+      },
       'span fetch',
     );
     // a background batch may be given up half way: its bytes go to the local store as they arrive
