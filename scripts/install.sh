@@ -123,9 +123,11 @@ write_wrapper() { # name entry
     # the store runs with the V8 options of bin/node-options (as bin/stargz-store does)
     local opts=''
     if [[ $1 == stargz-store ]]; then
-      opts="$(grep -v '^#' "$LIBDIR/bin/node-options" | tr '\n' ' ')"
-      # and the environment of bin/store-env
-      grep -v -e '^#' -e '^$' "$LIBDIR/bin/store-env" | sed 's/^/export /'
+      # sed, not grep: a file of comments only must not end the install (set -e, pipefail)
+      opts="$(sed '/^#/d;/^$/d' "$LIBDIR/bin/node-options" | tr '\n' ' ')"
+      # and the environment of bin/store-env, each NAME=value exported as one literal word
+      sed "/^#/d;/^\$/d;s/'/'\\\\''/g;s/^/export '/;s/\$/'/" "$LIBDIR/bin/store-env"
+      echo # a last line without its newline must not run into the exec line
     fi
     printf 'exec "%s" %s"%s/bin/%s" "$@"\n' "$NODE" "$opts" "$LIBDIR" "$2"
   } >"$tmp"

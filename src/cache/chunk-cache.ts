@@ -12,7 +12,7 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
-import { STAMP_MIN_BYTES, stampOf, VerifiedFiles } from './verified-files.js';
+import { stampOf, VerifiedFiles } from './verified-files.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
 export interface ChunkCacheOptions {
@@ -215,8 +215,10 @@ export class ChunkCache {
     let before: string | undefined;
     try {
       fh = await open(file, 'r');
-      const st = await fh.stat({ bigint: true });
-      before = stampOf(st);
+      // mtime: recency for the LRU order rebuilt after a restart (touched before the stamp is taken)
+      const now = new Date();
+      await fh.utimes(now, now).catch(() => undefined);
+      before = stampOf(await fh.stat({ bigint: true }));
       data = await fh.readFile();
     } catch (err) {
       await fh?.close().catch(() => undefined);
@@ -242,12 +244,9 @@ export class ChunkCache {
         await unlink(file).catch(() => undefined);
         return undefined;
       }
-      // mtime: recency for the LRU order rebuilt after a restart; stamped after that touch, and
-      // only if nothing changed the file while it was read and hashed
-      const unchanged = stampOf(await fh.stat({ bigint: true })) === before;
-      const now = new Date();
-      await fh.utimes(now, now).catch(() => undefined);
-      if (unchanged) await this.verified.record(hex, fh);
+      // stamped only if nothing changed the file while it was read and hashed
+      const after = await fh.stat({ bigint: true });
+      if (stampOf(after) === before) this.verified.recordStat(hex, after);
     } finally {
       await fh.close().catch(() => undefined);
     }
@@ -300,9 +299,8 @@ export class ChunkCache {
         await fh.writeFile(data);
         crashPoint('chunk-write');
         await rename(tmp, this.paths.chunkFile(hex));
-        // verified bytes: slices need no hash (stat after the rename, which moves ctime); a chunk up
-        // to one FUSE read is read whole anyway, so it is not stamped (one syscall less)
-        if (data.length > STAMP_MIN_BYTES) await this.verified.record(hex, fh);
+        // verified bytes: slices need no hash (stat after the rename, which moves ctime)
+        await this.verified.record(hex, fh);
       } finally {
         await fh.close().catch(() => undefined);
       }

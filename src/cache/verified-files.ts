@@ -17,8 +17,6 @@ import { Lru } from '../util/lru.js';
  */
 /** Files remembered at most (about 150 bytes each); beyond it the oldest is hashed again. */
 const MAX_STAMPS = 200_000;
-/** Chunks written above this size (one FUSE read) are stamped for slice reads. */
-export const STAMP_MIN_BYTES = 128 * 1024;
 
 export class VerifiedFiles {
   private readonly stamps: Lru<string, string>;

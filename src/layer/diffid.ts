@@ -37,12 +37,10 @@ const TAR_RECORD = 10240;
 function paddedDigests(hash: Hash): Array<{ digest: string; bytes: number }> {
   const out: Array<{ digest: string; bytes: number }> = [];
   const block = Buffer.alloc(TAR_BLOCK);
-  let h = hash.copy();
+  const h = hash.copy();
   for (let bytes = TAR_BLOCK; bytes <= TAR_RECORD; bytes += TAR_BLOCK) {
     h.update(block);
-    const next = h.copy();
-    out.push({ digest: 'sha256:' + h.digest('hex'), bytes });
-    h = next;
+    out.push({ digest: 'sha256:' + h.copy().digest('hex'), bytes });
   }
   return out;
 }

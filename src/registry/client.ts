@@ -194,7 +194,9 @@ export class RegistryClient {
     if (opts.skipProbe === true && opts.size !== undefined) {
       // the size comes from a verified manifest and every range answer is checked against it
       // (Content-Range total), a missing blob fails over like any read: no HEAD round trip first
-      return this.blobReader(ref, digest, opts.size, this.fleet.health.order(this.endpoints(ref), digest));
+      // configured order: the reader ranks endpoints by health on every read (it takes the last one
+      // as the registry itself)
+      return this.blobReader(ref, digest, opts.size, this.endpoints(ref));
     }
     const linked = linkSignals([opts.signal], this.o.resolveTimeoutMs);
     try {

@@ -164,10 +164,10 @@ export class ImageResolver {
     const ordered = chosen ? [chosen, ...entries.filter((e) => e !== chosen)] : entries;
     const out: ResolvedImage[] = [];
     for (const e of ordered) {
+      // attestation and other artifact manifests have configs that are not images: skip them unfetched
+      if (e !== chosen && e.platform?.os === 'unknown') continue;
       const fm = await this.fetch.manifest(ref, e.digest, signal);
       if (fm.doc.kind !== 'manifest') continue;
-      // attestation and other artifact manifests have configs that are not images: skip them
-      if (e !== chosen && e.platform?.os === 'unknown') continue;
       out.push(await this.build(ref, fm, e.platform, index, signal));
     }
     return out;

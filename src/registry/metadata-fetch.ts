@@ -184,23 +184,28 @@ export class MetadataFetcher {
         size: desc.size,
       });
     }
-    return this.once(`c|${desc.digest}`, signal, async (signal, started) => {
-      const { bytes } = await this.get(
-        ref,
-        {
-          what: 'config',
-          path: `blobs/${desc.digest}`,
-          headers: { 'accept-encoding': 'identity' },
-          maxBytes: this.o.maxConfigBytes,
-        },
-        { digest: desc.digest },
-        signal,
-        started,
-      );
-      await verifyDigest(bytes, desc.digest, { ref: ref.toString(), what: 'config' });
-      const got = { config: parseImageConfig(bytes), bytes };
-      this.configs.set(desc.digest, got);
-      return got;
-    });
+    // per repository: another repository may refuse the same digest (its endpoints, its credentials)
+    return this.once(
+      `c|${ref.registry}/${ref.repository}|${desc.digest}`,
+      signal,
+      async (signal, started) => {
+        const { bytes } = await this.get(
+          ref,
+          {
+            what: 'config',
+            path: `blobs/${desc.digest}`,
+            headers: { 'accept-encoding': 'identity' },
+            maxBytes: this.o.maxConfigBytes,
+          },
+          { digest: desc.digest },
+          signal,
+          started,
+        );
+        await verifyDigest(bytes, desc.digest, { ref: ref.toString(), what: 'config' });
+        const got = { config: parseImageConfig(bytes), bytes };
+        this.configs.set(desc.digest, got);
+        return got;
+      },
+    );
   }
 }
