@@ -60,6 +60,8 @@ export class StreamDigest {
   private failure: StoreError | undefined;
   private finished: Promise<void> | undefined;
   private destroyed = false;
+  /** Rejects the piece being written: a decompressor that failed may never call its callback. */
+  private rejectPiece: ((e: StoreError) => void) | undefined;
 
   constructor(private readonly compression: Compression) {}
 
@@ -77,6 +79,7 @@ export class StreamDigest {
       dec.on('error', (e: Error) => {
         this.failure ??= new StoreError('E_DECOMPRESS', `layer stream does not decompress: ${e.message}`);
         reject(this.failure);
+        this.rejectPiece?.(this.failure);
       });
     });
     this.finished.catch(() => undefined);
@@ -91,16 +94,17 @@ export class StreamDigest {
       if (this.failure !== undefined) throw this.failure;
       const dec = this.start();
       const piece = buf.subarray(off, Math.min(buf.length, off + step));
-      // a decompressor that failed may never call the write callback: its error ends the wait
-      const written = this.writePiece(dec, piece);
-      written.catch(() => undefined);
-      await Promise.race([this.finished!, written]);
+      await this.writePiece(dec, piece);
     }
   }
 
   private writePiece(dec: Transform, piece: Buffer): Promise<void> {
     return new Promise<void>((resolve, reject) => {
+      // no race against `finished` per piece: that would add a reaction to one long-lived
+      // promise for every piece written (tens of thousands per GiB)
+      this.rejectPiece = reject;
       dec.write(piece, (err) => {
+        this.rejectPiece = undefined;
         if (err !== null && err !== undefined) {
           this.failure ??= new StoreError('E_DECOMPRESS', `layer stream does not decompress: ${err.message}`);
           reject(this.failure);

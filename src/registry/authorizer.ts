@@ -63,6 +63,8 @@ export class Authorizer {
     private readonly dispatcherFor: DispatcherFor,
     private readonly logger: Logger = silentLogger,
     private readonly userAgent = 'stargz-store-ts',
+    /** A shared token fetch gives up after this long (it runs under no caller's signal). */
+    private readonly tokenTimeoutMs = 30_000,
   ) {}
 
   /** Tokens held right now (memory bounds). */
@@ -148,7 +150,21 @@ export class Authorizer {
     signal?: AbortSignal,
     scope = ctx.scope,
   ): Promise<string> {
-    return this.tokenFetches.run(this.key(ctx), () => this.fetchToken(ctx, params, scope, signal));
+    // one caller giving up (its read's deadline) must not fail the others waiting on the token
+    return this.tokenFetches.share(
+      this.key(ctx),
+      signal,
+      this.tokenTimeoutMs,
+      () =>
+        new StoreError(
+          'E_DEADLINE',
+          `token fetch from ${params.realm} took longer than ${this.tokenTimeoutMs} ms`,
+          {
+            host: ctx.ep.host,
+          },
+        ),
+      (own) => this.fetchToken(ctx, params, scope, own),
+    );
   }
 
   private async fetchToken(

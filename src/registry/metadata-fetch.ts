@@ -2,7 +2,6 @@ import type { Digest } from '../util/digest.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { Lru } from '../util/lru.js';
 import { SingleFlight } from '../util/single-flight.js';
-import { linkSignals, raceSignal } from '../util/abort.js';
 import { digestOf, verifyDigest } from './digest.js';
 import type { Endpoint } from './hosts.js';
 import {
@@ -77,26 +76,14 @@ export class MetadataFetcher {
     signal: AbortSignal,
     fn: (own: AbortSignal, started: number) => Promise<T>,
   ): Promise<T> {
-    const p = this.flights.run(key, async () => {
-      const own = linkSignals(
-        [],
-        this.o.resolveTimeoutMs,
-        () =>
-          new StoreError(
-            'E_DEADLINE',
-            `registry metadata fetch took longer than ${this.o.resolveTimeoutMs} ms`,
-            { key },
-          ),
-      );
-      try {
-        return await fn(own.signal, Date.now());
-      } finally {
-        own.dispose();
-      }
-    }) as Promise<T>;
-    // every caller may stop waiting: the shared fetch's failure must not surface as unhandled
-    p.catch(() => undefined);
-    return raceSignal(p, signal);
+    const ms = this.o.resolveTimeoutMs;
+    return this.flights.share(
+      key,
+      signal,
+      ms,
+      () => new StoreError('E_DEADLINE', `registry metadata fetch took longer than ${ms} ms`, { key }),
+      (own) => fn(own, Date.now()),
+    ) as Promise<T>;
   }
 
   private remaining(started: number): number {

@@ -86,6 +86,7 @@ export class Transport {
       (ep) => this.dispatcher(ep),
       this.logger,
       this.userAgent,
+      opts.requestTimeoutMs,
     );
     this.attemptDeps = {
       authorizer: this.authorizer,

@@ -73,6 +73,12 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
     this.heldStart = offset;
   }
 
+  /** Forget the held tail (its bytes are fetched again if ever read). */
+  dropTail(): void {
+    this.held = undefined;
+    this.heldStart = Infinity;
+  }
+
   async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);

@@ -194,6 +194,12 @@ export class LayerPool {
     const logger = this.o.logger.child({ ref, blob: blobDigest });
     const args = { ref, blobDigest, index, blob, logger };
     const layer = this.o.createLayer(spec.diffId ? { ...args, diffId: spec.diffId } : args);
+    // the held TOC tail (up to MAX_HELD_TAIL per layer) served the background pass: once that
+    // ended, every chunk is cached or fetched anew, so the memory goes
+    void layer.whenBackgroundDone?.().then(
+      () => blob.dropTail(),
+      () => blob.dropTail(),
+    );
     const view = new DiffView(index, this.o.ino.layerBlock(blobDigest, index.nodes.length + 1));
     const pin = () => {
       slot.opens++;

@@ -38,6 +38,78 @@ export async function loadLayerRefs(root: string): Promise<RefEntry[]> {
   );
 }
 
+const keyOf = (ref: string, digest: string): string => `${ref}\n${digest}`;
+
+/**
+ * The live counts. Signals may arrive before the saved counts have loaded: a `use` simply adds; a
+ * `release` of a count not known yet is kept and taken off the saved count when it loads, so it is
+ * not lost (the count would otherwise stay one too high for as long as the store runs).
+ */
+export class UseCounts {
+  private readonly counts = new Map<string, RefEntry>();
+  private loaded = false;
+  private readonly earlyReleases = new Map<string, number>();
+
+  get size(): number {
+    return this.counts.size;
+  }
+
+  get(ref: string, digest: string): number {
+    return this.counts.get(keyOf(ref, digest))?.n ?? 0;
+  }
+
+  has(ref: string, digest: string): boolean {
+    return this.counts.has(keyOf(ref, digest));
+  }
+
+  entries(): RefEntry[] {
+    return [...this.counts.values()];
+  }
+
+  /** Returns the new count. */
+  use(ref: string, digest: string): number {
+    const key = keyOf(ref, digest);
+    const c = this.counts.get(key) ?? { ref, digest, n: 0 };
+    c.n++;
+    this.counts.set(key, c);
+    return c.n;
+  }
+
+  /** Returns the new count, or undefined when nothing was counted (and nothing may load). */
+  release(ref: string, digest: string): number | undefined {
+    const key = keyOf(ref, digest);
+    const c = this.counts.get(key);
+    if (c === undefined || c.n === 0) {
+      if (this.loaded) return undefined;
+      this.earlyReleases.set(key, (this.earlyReleases.get(key) ?? 0) + 1);
+      return 0;
+    }
+    // counts are hints (restarts and `podman system reset` lose them); never below zero. At zero
+    // only the count goes: the layer stays resolvable for later lookups.
+    c.n--;
+    if (c.n === 0) this.counts.delete(key);
+    return c.n;
+  }
+
+  /** Add the saved counts (once), minus releases that arrived before them. */
+  load(saved: readonly RefEntry[]): void {
+    for (const e of saved) {
+      const key = keyOf(e.ref, e.digest);
+      const c = this.counts.get(key) ?? { ref: e.ref, digest: e.digest, n: 0 };
+      c.n += e.n;
+      this.counts.set(key, c);
+    }
+    for (const [key, k] of this.earlyReleases) {
+      const c = this.counts.get(key);
+      if (c === undefined) continue;
+      c.n = Math.max(0, c.n - k);
+      if (c.n === 0) this.counts.delete(key);
+    }
+    this.earlyReleases.clear();
+    this.loaded = true;
+  }
+}
+
 /** Saves the latest counts after the previous write finished (a burst of signals writes at most twice). */
 export class LayerRefsWriter {
   private writing: Promise<void> | undefined;

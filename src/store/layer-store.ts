@@ -12,7 +12,7 @@ import { holdResolved } from './pins-hold.js';
 import type { HeldLayer } from './pins.js';
 import { parseReference } from '../registry/reference.js';
 import { parseDigest } from '../util/digest.js';
-import { LayerRefsWriter, loadLayerRefs } from './layer-refs.js';
+import { LayerRefsWriter, UseCounts, loadLayerRefs } from './layer-refs.js';
 import { diskLayerRows, mergeStatus } from './disk-status.js';
 
 /** One line of `stargz-store status`. */
@@ -94,7 +94,7 @@ export const DEFAULT_DEADLINES: StoreDeadlines = {
 export class LayerStore {
   readonly vfs: VirtualFs;
   private readonly resolver: LayerResolver;
-  private readonly refcounts = new Map<string, { ref: string; digest: string; n: number }>();
+  private readonly refcounts = new UseCounts();
   private readonly log: Logger;
   /** Use counts survive a restart (layer-refs.ts); loaded once, added to any counted meanwhile. */
   private readonly refsWriter: LayerRefsWriter;
@@ -103,14 +103,7 @@ export class LayerStore {
   constructor(private readonly o: LayerStoreOptions) {
     this.log = o.logger ?? silentLogger;
     this.refsWriter = new LayerRefsWriter(o.root, this.log);
-    this.refsLoaded = loadLayerRefs(o.root).then((saved) => {
-      for (const e of saved) {
-        const key = `${e.ref}\n${e.digest}`;
-        const c = this.refcounts.get(key) ?? { ref: e.ref, digest: e.digest, n: 0 };
-        c.n += e.n;
-        this.refcounts.set(key, c);
-      }
-    });
+    this.refsLoaded = loadLayerRefs(o.root).then((saved) => this.refcounts.load(saved));
     const deadlines = { ...DEFAULT_DEADLINES, ...o.deadlines };
     // the FUSE limit must leave the store's own deadlines room to answer first
     if (o.deadlines?.fuseMs === undefined) {
@@ -144,28 +137,19 @@ export class LayerStore {
   }
 
   private use(ref: string, digest: string): void {
-    const key = `${ref}\n${digest}`;
-    const c = this.refcounts.get(key) ?? { ref, digest, n: 0 };
-    c.n++;
-    this.refcounts.set(key, c);
-    this.log.info({ ref, digest, refs: c.n }, 'layer marked as in use');
+    const n = this.refcounts.use(ref, digest);
+    this.log.info({ ref, digest, refs: n }, 'layer marked as in use');
     this.saveRefs();
   }
 
   private release(ref: string, digest: string): void {
-    const key = `${ref}\n${digest}`;
-    const c = this.refcounts.get(key);
-    // counts are hints (restarts and `podman system reset` lose them); never below zero
-    if (c && c.n > 0) c.n--;
-    this.log.info({ ref, digest, refs: c?.n ?? 0, tracked: !!c }, 'layer released');
-    // At zero only the count goes: the layer stays resolvable (from its record) for later lookups
-    // and c/storage paths, and is closed once idle.
-    if (c && c.n === 0) this.refcounts.delete(key);
-    if (c) this.saveRefs();
+    const n = this.refcounts.release(ref, digest);
+    this.log.info({ ref, digest, refs: n ?? 0, tracked: n !== undefined }, 'layer released');
+    if (n !== undefined) this.saveRefs();
   }
 
   private saveRefs(): void {
-    void this.refsLoaded.then(() => this.refsWriter.save([...this.refcounts.values()]));
+    void this.refsLoaded.then(() => this.refsWriter.save(this.refcounts.entries()));
   }
 
   /** status() plus what the root knows of layers not looked up since this start (disk-status.ts). */
@@ -182,7 +166,7 @@ export class LayerStore {
 
   /** Reference count of one (ref, digest), as signalled by use/rmdir. */
   refs(ref: string, digest: string): number {
-    return this.refcounts.get(`${ref}\n${digest}`)?.n ?? 0;
+    return this.refcounts.get(ref, digest);
   }
 
   status(): LayerStatus[] {
@@ -191,7 +175,7 @@ export class LayerStore {
     for (const e of this.resolver.allEntries()) {
       const key = `${e.ref}\n${e.digest}`;
       seen.add(key);
-      const refs = this.refcounts.get(key)?.n ?? 0;
+      const refs = this.refcounts.get(e.ref, e.digest);
       const r = e.resolved;
       if (r) {
         const st = r.handle.layer.state();
@@ -225,8 +209,8 @@ export class LayerStore {
         out.push(s);
       }
     }
-    for (const [key, c] of this.refcounts) {
-      if (seen.has(key)) continue;
+    for (const c of this.refcounts.entries()) {
+      if (seen.has(`${c.ref}\n${c.digest}`)) continue;
       out.push({
         ref: c.ref,
         digest: c.digest,

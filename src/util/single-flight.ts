@@ -1,3 +1,5 @@
+import { linkSignals, raceSignal } from './abort.js';
+
 /**
  * One single-flight for the whole store: concurrent callers asking for the same key share one
  * running call; the entry is dropped when it settles (success or failure), so a failure is never
@@ -22,6 +24,32 @@ export class SingleFlight<K, V> {
     });
     this.running.set(key, p);
     return p;
+  }
+
+  /**
+   * `run` for callers with signals of their own. The shared call runs under its own deadline
+   * (`deadlineMs`, failing with `deadlineError()`), never under the first caller's signal, so one
+   * caller giving up does not fail the others; each caller still stops waiting (E_ABORTED) as soon
+   * as its own signal aborts.
+   */
+  share(
+    key: K,
+    signal: AbortSignal | undefined,
+    deadlineMs: number,
+    deadlineError: () => Error,
+    fn: (own: AbortSignal) => Promise<V>,
+  ): Promise<V> {
+    const p = this.run(key, async () => {
+      const own = linkSignals([], deadlineMs, deadlineError);
+      try {
+        return await fn(own.signal);
+      } finally {
+        own.dispose();
+      }
+    });
+    // every caller may stop waiting: the shared call's failure must not surface as unhandled
+    p.catch(() => undefined);
+    return raceSignal(p, signal);
   }
 
   /** The running call for `key`, if any (to join without starting one). */

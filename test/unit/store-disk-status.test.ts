@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { saveLayerState } from '../../src/layer/state-file.js';
 import { diskLayerRows, mergeStatus } from '../../src/store/disk-status.js';
-import { LayerRefsWriter, loadLayerRefs } from '../../src/store/layer-refs.js';
+import { LayerRefsWriter, UseCounts, loadLayerRefs } from '../../src/store/layer-refs.js';
 import { MetaStore } from '../../src/store/meta-store.js';
 import type { LayerStatus } from '../../src/store/layer-store.js';
 import type { LayerRecord } from '../../src/store/record.js';
@@ -186,5 +186,23 @@ describe('layer use counts on disk', () => {
     w.save([{ ref: 'r', digest: d('1'), n: 3 }]);
     await w.flush();
     expect(await loadLayerRefs(dir)).toEqual([{ ref: 'r', digest: d('1'), n: 3 }]);
+  });
+
+  it('a release that arrives before the saved counts load is taken off them, not lost', () => {
+    const c = new UseCounts();
+    expect(c.use('r/a:1', d('2'))).toBe(1);
+    expect(c.release('r/a:1', d('1'))).toBe(0);
+    expect(c.release('r/a:1', d('1'))).toBe(0);
+    c.load([
+      { ref: 'r/a:1', digest: d('1'), n: 3 },
+      { ref: 'r/a:1', digest: d('2'), n: 1 },
+    ]);
+    expect(c.get('r/a:1', d('1'))).toBe(1);
+    expect(c.get('r/a:1', d('2'))).toBe(2);
+    // once loaded, a release of nothing counted stays nothing (never below zero)
+    expect(c.release('r/b:1', d('3'))).toBeUndefined();
+    expect(c.release('r/a:1', d('1'))).toBe(0);
+    expect(c.has('r/a:1', d('1'))).toBe(false);
+    expect(c.entries()).toEqual([{ ref: 'r/a:1', digest: d('2'), n: 2 }]);
   });
 });

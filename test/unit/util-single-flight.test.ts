@@ -77,4 +77,39 @@ describe('SingleFlight edge cases', () => {
     sf.forget('k', stuck);
     expect(sf.get('k')).toBe(again);
   });
+
+  it('share: one caller giving up does not fail the others; the shared call has its own signal', async () => {
+    const sf = new SingleFlight<string, number>();
+    let release!: (v: number) => void;
+    let own: AbortSignal | undefined;
+    const first = new AbortController();
+    const fn = (signal: AbortSignal): Promise<number> => {
+      own = signal;
+      return new Promise<number>((r) => (release = r));
+    };
+    const a = sf.share('k', first.signal, 60_000, () => new Error('late'), fn);
+    const b = sf.share('k', new AbortController().signal, 60_000, () => new Error('late'), fn);
+    first.abort(new Error('caller gave up'));
+    await expect(a).rejects.toMatchObject({ code: 'E_ABORTED' });
+    expect(own?.aborted).toBe(false);
+    release(5);
+    expect(await b).toBe(5);
+  });
+
+  it('share: the shared call is aborted by its own deadline with the given error', async () => {
+    const sf = new SingleFlight<string, number>();
+    const seen = sf.share(
+      'k',
+      undefined,
+      1,
+      () => new Error('took too long'),
+      (signal) => {
+        return new Promise<number>((_, reject) => {
+          signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true });
+        });
+      },
+    );
+    await expect(seen).rejects.toThrow('took too long');
+    expect(sf.has('k')).toBe(false);
+  });
 });

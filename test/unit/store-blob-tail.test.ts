@@ -1,0 +1,37 @@
+import { describe, expect, it } from 'vitest';
+import { LazyBlob } from '../../src/store/blob-source.js';
+
+describe('LazyBlob held tail', () => {
+  it('answers reads of the held tail without the registry until the tail is dropped', async () => {
+    const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
+    const reads: Array<[number, number]> = [];
+    let opens = 0;
+    const blob = new LazyBlob(
+      bytes.length,
+      () => {
+        opens++;
+        return Promise.resolve({
+          size: bytes.length,
+          read: (offset: number, length: number) => {
+            reads.push([offset, length]);
+            return Promise.resolve(bytes.subarray(offset, offset + length));
+          },
+        });
+      },
+      {},
+    );
+    blob.holdTail(60, Buffer.from(bytes.subarray(60)));
+    expect(await blob.read(70, 10)).toEqual(bytes.subarray(70, 80));
+    expect(opens).toBe(0);
+    // a range across the tail's start: only the part before it goes to the registry
+    const [across] = await blob.readRanges([{ offset: 50, length: 20 }], {});
+    expect(across).toEqual(bytes.subarray(50, 70));
+    expect(reads).toEqual([[50, 10]]);
+    blob.dropTail();
+    expect(await blob.read(70, 10)).toEqual(bytes.subarray(70, 80));
+    expect(reads).toEqual([
+      [50, 10],
+      [70, 10],
+    ]);
+  });
+});
