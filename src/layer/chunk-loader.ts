@@ -53,10 +53,17 @@ export interface LoadOptions {
    * (read-ahead and prefetch: their fetches complete and fill the cache).
    */
   giveUp?: AbortSignal;
+  /**
+   * The chunk list of the file the chunks belong to (read-around takes the asked chunk's file
+   * block from it: read-around.ts).
+   */
+  file?: readonly Chunk[];
 }
 
 interface Pending {
   chunk: Chunk;
+  /** The file it was first asked for (its node's chunk list). */
+  file: readonly Chunk[] | undefined;
   waiters: Waiters;
   resolve: (b: Buffer) => void;
   reject: (e: unknown) => void;
@@ -133,7 +140,7 @@ export class ChunkLoader {
     const mine = new Map<string, Pending>();
     const interest = new Interest(opts.giveUp);
     try {
-      for (const c of chunks) results.push(this.request(c, mine, context, interest));
+      for (const c of chunks) results.push(this.request(c, mine, context, interest, opts.file));
     } catch (err) {
       results.push(Promise.reject(asStoreError(err, 'E_IO', this.ctx.context)));
     } finally {
@@ -152,6 +159,7 @@ export class ChunkLoader {
     mine: Map<string, Pending>,
     context: ErrorContext | undefined,
     interest: Interest,
+    file: readonly Chunk[] | undefined,
   ): ChunkBytes | Promise<ChunkBytes> {
     if (c.zeros) return this.zeros(c, context);
     if (!isSha256Digest(c.digest)) {
@@ -168,14 +176,14 @@ export class ChunkLoader {
       if (w !== undefined) interest.wait(w);
       return shared.then((b) => this.sized(b, c));
     }
-    const { entry, promise } = this.register(c);
+    const { entry, promise } = this.register(c, file);
     interest.wait(entry.waiters);
     mine.set(c.digest, entry);
     return promise.then((b) => this.sized(b, c));
   }
 
   /** A new single-flight entry for `c`, settled by whoever fetches it. */
-  private register(c: Chunk): { entry: Pending; promise: Promise<Buffer> } {
+  private register(c: Chunk, file?: readonly Chunk[]): { entry: Pending; promise: Promise<Buffer> } {
     let resolve!: (b: Buffer) => void;
     let reject!: (e: unknown) => void;
     const p = new Promise<Buffer>((res, rej) => {
@@ -186,6 +194,7 @@ export class ChunkLoader {
     const waiters = new Waiters(() => this.inflight.forget(c.digest, promise));
     const entry: Pending = {
       chunk: c,
+      file,
       waiters,
       settled: false,
       resolve: (b) => {
@@ -325,7 +334,11 @@ export class ChunkLoader {
     const all: PendingSpan[] = [...spans.values()];
     // read-around only rides along a request that goes to the network anyway
     if (priority === 'on-demand' && all.some((s) => !this.ctx.fetcher.holds(s.offset, s.end))) {
-      for (const x of this.around.extra(all)) all.push({ offset: x.offset, end: x.end, entries: [] });
+      const asked = all.map((s) => {
+        const e = s.entries.find((x) => x.file !== undefined);
+        return e === undefined ? s : { offset: s.offset, end: s.end, chunk: e.chunk, file: e.file };
+      });
+      for (const x of this.around.extra(asked)) all.push({ offset: x.offset, end: x.end, entries: [] });
     }
     const ranges = coalesce(all, gap);
     // the request stops once every waiter of every chunk in it has given up (read-around spans have

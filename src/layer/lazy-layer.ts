@@ -198,7 +198,11 @@ export class LazyLayer {
         for (const c of chunks) if (!c.zeros) this.status.markVerified(c);
         return hit;
       }
-      const bufs = await this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal });
+      const bufs = await this.loader.load(
+        chunks,
+        { path: node.path },
+        { giveUp: gaveUp.signal, file: node.chunks },
+      );
       if (this.status.badError !== undefined) throw this.status.badError;
       return assemble(node, chunks, bufs, offset, end, ctx);
     });
@@ -248,7 +252,11 @@ export class LazyLayer {
     // the cache on purpose, not given up: aborting it would throw away the bytes received, and a
     // reader coming back fetches them again (measured: +19% registry bytes in the mixed
     // sequential/random test of store-fs-read-ahead.test.ts). It ends within the request timeout.
-    await this.loader.load(wanted, { path: node.path }, signal === undefined ? {} : { signal });
+    await this.loader.load(
+      wanted,
+      { path: node.path },
+      signal === undefined ? { file: node.chunks } : { signal, file: node.chunks },
+    );
   }
   // --- end read-ahead hook ---
 

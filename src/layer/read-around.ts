@@ -10,6 +10,14 @@ export const READ_AROUND_BYTES = 128 * 1024;
  */
 export const MAX_READ_AROUND_BYTES = 1024 * 1024;
 
+/** A span asked for on demand; `chunk` and `file` (its file's chunk list) when known. */
+export interface AskedSpan {
+  offset: number;
+  end: number;
+  chunk?: Chunk;
+  file?: readonly Chunk[];
+}
+
 export interface ReadAroundOptions {
   blobSize: number;
   /** Holes larger than this between chunks end a run (on-demand coalescing gap). */
@@ -23,13 +31,23 @@ export interface ReadAroundOptions {
 }
 
 /**
- * Read-around for one layer's on-demand fetches: the compressed spans of the whole chunks that
- * follow each asked span in the blob ride along in the same request, up to a window past it,
+ * File bytes per block: an asked chunk brings the other chunks of its file whose file offsets lie
+ * in the same aligned block of this size. It is eStargz's default chunk size, so a finely chunked
+ * file (zstd:chunked cuts files into ~50 KiB chunks) costs the requests an eStargz layer of the
+ * same files costs: a mapped library read through page faults is one request, not one per fault.
+ */
+export const FILE_BLOCK_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Read-around for one layer's on-demand fetches: the compressed spans of whole chunks that ride
+ * along in the same request. Two kinds: the asked chunk's file block (FILE_BLOCK_BYTES, both
+ * directions), and the chunks that follow each asked span in the blob up to a window past it,
  * stopping at a chunk already cached, in flight or held locally. They cost no extra round trip
- * now, and the files a start-up reads usually lie together. They are not decoded: their bytes go
- * to the local compressed store with every other fetched byte, and a later read of them is served
- * from there (decoded then, only if read). A miss just past the previous window widens the next
- * one (up to MAX_READ_AROUND_BYTES); any other miss starts again from the base window.
+ * now (several ranges go in one request), and the files a start-up reads usually lie together.
+ * They are not decoded: their bytes go to the local compressed store with every other fetched
+ * byte, and a later read of them is served from there (decoded then, only if read). A miss just
+ * past the previous window widens the next one (up to MAX_READ_AROUND_BYTES); any other miss
+ * starts again from the base window.
  */
 export class ReadAround {
   /** End of the last on-demand fetch with its read-around, and the window it used. */
@@ -38,8 +56,11 @@ export class ReadAround {
 
   constructor(private readonly o: ReadAroundOptions) {}
 
-  /** Spans [offset, end) to fetch along with the asked ones (sorted, disjoint from them). */
-  extra(asked: ReadonlyArray<{ offset: number; end: number }>): Array<{ offset: number; end: number }> {
+  /**
+   * Spans [offset, end) to fetch along with the asked ones (sorted, disjoint from them). An asked
+   * span may name its chunk and the chunk list of its file: then its file block comes along.
+   */
+  extra(asked: readonly AskedSpan[]): Array<{ offset: number; end: number }> {
     const base = this.o.baseBytes;
     const all = base > 0 && asked.length > 0 ? this.o.neighbours() : undefined;
     if (all === undefined || all.length === 0) return [];
@@ -51,38 +72,64 @@ export class ReadAround {
       ? Math.min(Math.max(base, MAX_READ_AROUND_BYTES), Math.max(base, this.window * 2))
       : base;
     const out: Array<{ offset: number; end: number }> = [];
+    const take = (c: Chunk): boolean => {
+      if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) return false;
+      if (askedKeys.has(`${c.compressedOffset}:${c.compressedEnd}`) || !this.o.isFresh(c)) return false;
+      out.push({ offset: c.compressedOffset, end: c.compressedEnd });
+      return true;
+    };
     let covered = 0;
     for (const s of sorted) {
+      if (s.file !== undefined && s.chunk !== undefined) fileBlock(s.file, s.chunk, take);
       const limit = Math.min(this.o.blobSize, s.end + this.window);
-      // the rest of the asked chunk's own file rides along up to the largest window at once: a
-      // finely chunked file (zstd:chunked, ~50 KiB chunks) read through page faults (a mapped
-      // library) otherwise costs a request per fault, where one eStargz chunk holds the file
-      const fileLimit = Math.min(this.o.blobSize, s.end + Math.max(this.window, MAX_READ_AROUND_BYTES));
-      const start = firstAtOrAfter(all, s.end);
-      let prev = start > 0 && all[start - 1]!.compressedEnd === s.end ? all[start - 1] : undefined;
       let end = Math.max(s.end, covered);
-      for (let i = start; i < all.length; i++) {
+      for (let i = firstAtOrAfter(all, s.end); i < all.length; i++) {
         const c = all[i]!;
-        const sameFile =
-          prev !== undefined && c.fileOffset > 0 && c.fileOffset === prev.fileOffset + prev.size;
-        prev = sameFile ? c : undefined;
         // a hole (other data, another file's metadata) larger than a gap ends the run
-        if (c.compressedOffset > end + this.o.maxGap || c.compressedEnd > (sameFile ? fileLimit : limit))
-          break;
-        if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
+        if (c.compressedOffset > end + this.o.maxGap || c.compressedEnd > limit) break;
         if (c.compressedEnd <= end || askedKeys.has(`${c.compressedOffset}:${c.compressedEnd}`)) {
           end = Math.max(end, c.compressedEnd);
           continue;
         }
-        if (!this.o.isFresh(c)) break;
-        out.push({ offset: Math.max(c.compressedOffset, end), end: c.compressedEnd });
+        if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
+        if (!take(c)) break;
         end = c.compressedEnd;
       }
       covered = Math.max(covered, end);
     }
-    this.lastEnd = covered;
-    return out;
+    const merged = mergeSpans(out);
+    this.lastEnd = Math.max(covered, merged[merged.length - 1]?.end ?? 0);
+    return merged;
   }
+}
+
+/** Offer `take` the other chunks of `chunk`'s file block: same file, file offsets in the same block. */
+function fileBlock(file: readonly Chunk[], chunk: Chunk, take: (c: Chunk) => boolean): void {
+  const blockStart = chunk.fileOffset - (chunk.fileOffset % FILE_BLOCK_BYTES);
+  const blockEnd = blockStart + FILE_BLOCK_BYTES;
+  // a file's chunks are sorted by file offset
+  let lo = 0;
+  let hi = file.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (file[mid]!.fileOffset < blockStart) lo = mid + 1;
+    else hi = mid;
+  }
+  for (let i = lo; i < file.length && file[i]!.fileOffset < blockEnd; i++) {
+    if (file[i] !== chunk) take(file[i]!);
+  }
+}
+
+/** Sorted union of spans (equal or overlapping spans taken twice become one). */
+function mergeSpans(spans: Array<{ offset: number; end: number }>): Array<{ offset: number; end: number }> {
+  spans.sort((a, b) => a.offset - b.offset);
+  const out: Array<{ offset: number; end: number }> = [];
+  for (const s of spans) {
+    const last = out[out.length - 1];
+    if (last !== undefined && s.offset <= last.end) last.end = Math.max(last.end, s.end);
+    else out.push({ ...s });
+  }
+  return out;
 }
 
 /** Index of the first chunk whose compressed span starts at or after `offset` (binary search). */

@@ -194,12 +194,12 @@ export class LayerPool {
     const logger = this.o.logger.child({ ref, blob: blobDigest });
     const args = { ref, blobDigest, index, blob, logger };
     const layer = this.o.createLayer(spec.diffId ? { ...args, diffId: spec.diffId } : args);
-    // the held TOC tail (up to MAX_HELD_TAIL per layer) served the background pass: once that
-    // ended, every chunk is cached or fetched anew, so the memory goes
-    void layer.whenBackgroundDone?.().then(
-      () => blob.dropTail(),
-      () => blob.dropTail(),
-    );
+    // the held TOC tail (up to MAX_HELD_TAIL per layer) serves reads of the blob's last bytes
+    // until the layer is fully verified: then every chunk is in the cache, and the memory goes
+    const dropIfVerified = (): void => {
+      if (layer.state().verified) blob.dropTail();
+    };
+    void layer.whenBackgroundDone?.().then(dropIfVerified, dropIfVerified);
     const view = new DiffView(index, this.o.ino.layerBlock(blobDigest, index.nodes.length + 1));
     const pin = () => {
       slot.opens++;
