@@ -21,16 +21,20 @@ export class ProgressDelivery {
     private readonly pieceBytes = PROGRESS_PIECE_BYTES,
   ) {}
 
-  /** ReadRangesOptions.onProgress: `data` is only valid during the call, so it is copied. */
+  /** ReadRangesOptions.onProgress: `data` is a stable view (blob-read.ts), kept without a copy. */
   readonly onProgress = (offset: number, data: Buffer): void => {
     if (data.length === 0) return;
     const p = this.pending;
     if (p !== undefined && p.offset + p.length === offset) {
-      p.parts.push(Buffer.from(data));
+      const last = p.parts[p.parts.length - 1]!;
+      // consecutive views of one result buffer grow into one view: no concat at the flush
+      if (last.buffer === data.buffer && last.byteOffset + last.length === data.byteOffset) {
+        p.parts[p.parts.length - 1] = Buffer.from(last.buffer, last.byteOffset, last.length + data.length);
+      } else p.parts.push(data);
       p.length += data.length;
     } else {
       this.flush();
-      this.pending = { offset, parts: [Buffer.from(data)], length: data.length };
+      this.pending = { offset, parts: [data], length: data.length };
     }
     if (this.pending!.length >= this.pieceBytes) this.flush();
   };

@@ -69,6 +69,7 @@ const MAX_REPLANS = 3;
  * on-demand reads, prefetch and background fetch never fetch the same byte twice at once.
  */
 export class SpanFetcher {
+  /** Sorted by offset. */
   private flights: Flight[] = [];
 
   constructor(private readonly ctx: SpanFetcherContext) {}
@@ -91,7 +92,7 @@ export class SpanFetcher {
   /** Is all of [offset, end) inside spans in flight (not aborted)? */
   covers(offset: number, end: number): boolean {
     let pos = offset;
-    for (const f of [...this.flights].sort((a, b) => a.offset - b.offset)) {
+    for (const f of this.flights) {
       if (f.batch.ctl.signal.aborted || f.end <= pos) continue;
       if (f.offset > pos) return false;
       pos = f.end;
@@ -172,8 +173,7 @@ export class SpanFetcher {
         ? this.ctx.clock.now() - this.ctx.staleJoinMs
         : -Infinity;
     const flights = this.flights
-      .filter((f) => !f.batch.ctl.signal.aborted && f.startedAt >= staleBefore)
-      .sort((a, b) => a.offset - b.offset);
+      .filter((f) => !f.batch.ctl.signal.aborted && f.startedAt >= staleBefore);
     const local = opts.bypassCache === true ? undefined : this.ctx.localBytes;
     const gap = (offset: number, end: number): void => {
       if (end <= offset) return;
@@ -309,7 +309,9 @@ export class SpanFetcher {
       promise: call.then((b) => b[i]!),
     }));
     for (const f of flights) f.promise.catch(() => undefined);
+    // kept sorted by offset here, once, for covers() and plan() (called for every read)
     this.flights.push(...flights);
+    this.flights.sort((a, b) => a.offset - b.offset);
     const done = (): void => {
       this.flights = this.flights.filter((f) => f.batch !== batch);
     };

@@ -254,8 +254,9 @@ async function collectRanges(
         const to = Math.min(bEnd, s.offset + s.data.length);
         if (from < to) {
           b.copy(s.data, from - s.offset, from - pos, to - pos);
-          // the requested bytes as they arrive (a caller that gives up keeps them)
-          onProgress?.(from, b.subarray(from - pos, to - pos));
+          // the requested bytes as they arrive (a caller that gives up keeps them): a view of the
+          // result buffer, which is never written there again, so it can be kept without a copy
+          onProgress?.(from, s.data.subarray(from - s.offset, to - s.offset));
         }
       }
       while (si < spans.length && spans[si]!.offset + spans[si]!.data.length <= bEnd) si++;

@@ -19,7 +19,8 @@ export interface ReadRangesOptions {
   /**
    * Optional: told of blob bytes [offset, offset + data.length) as they arrive, before the call
    * resolves (sources that stream single-range answers do; others may never call it). `data` is
-   * valid only during the call. A caller that gives up keeps what it was told of.
+   * a view of memory that is never written again (the call's result buffer): it may be kept
+   * without copying. A caller that gives up keeps what it was told of.
    */
   onProgress?: ((offset: number, data: Buffer) => void) | undefined;
 }

@@ -132,4 +132,20 @@ describe('ProgressDelivery', () => {
     ]);
     expect(d.deliveredBytes).toBe(150);
   });
+
+  it('delivers consecutive views of one buffer as one view of it, without copying', () => {
+    const got: Buffer[] = [];
+    const d = new ProgressDelivery((_o, b) => got.push(b), 100);
+    const data = Buffer.from(Array.from({ length: 300 }, (_, i) => i % 251));
+    d.onProgress(0, data.subarray(0, 60));
+    d.onProgress(60, data.subarray(60, 130));
+    const other = Buffer.from(data.subarray(130, 160));
+    d.onProgress(130, other);
+    d.onProgress(160, data.subarray(160, 170));
+    d.flush();
+    expect(got).toHaveLength(2);
+    expect(got[0]!.buffer).toBe(data.buffer);
+    expect(got[0]!.equals(data.subarray(0, 130))).toBe(true);
+    expect(got[1]!.equals(data.subarray(130, 170))).toBe(true);
+  });
 });
