@@ -262,10 +262,13 @@ export class ChunkCache {
    * Store a VERIFIED chunk. Memory immediately; disk atomically (temp + rename, mode 0600) within
    * the bounds, evicting least recently used unpinned chunks first. If the chunk cannot fit (all
    * pinned, too big, disk nearly full) it is simply not written to disk. Never throws for I/O.
+   * `memory: false` (the background pass: nobody is about to read those chunks) writes to disk
+   * only, so a background pass neither holds the LRU's bytes after it nor evicts the chunks
+   * readers use.
    */
-  async put(digest: string, data: Buffer): Promise<void> {
+  async put(digest: string, data: Buffer, opts: { memory?: boolean } = {}): Promise<void> {
     const hex = digestHex(digest);
-    this.memory.set(hex, data);
+    if (opts.memory !== false) this.memory.set(hex, data);
     if (this.closed) return;
     if (this.index.has(hex)) {
       this.index.touch(hex);

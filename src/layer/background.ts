@@ -158,7 +158,7 @@ async function decodeUnit(
         continue;
       }
       ctx.onVerified(group[i]!);
-      await ctx.cache.put(group[i]!.digest, r);
+      await ctx.cache.put(group[i]!.digest, r, { memory: false });
     }
   }
   return errors;

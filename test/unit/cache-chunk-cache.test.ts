@@ -73,6 +73,20 @@ describe('ChunkCache', () => {
     await cache.close();
   });
 
+  it('a put without memory (background pass) goes to disk only and leaves the memory LRU alone', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    const hot = randomBytes(1000);
+    await cache.put(digestOf(hot), hot);
+    const cold = randomBytes(100_000);
+    const digest = digestOf(cold);
+    await cache.put(digest, cold, { memory: false });
+    expect(cache.getMemory(digest)).toBeUndefined();
+    expect(cache.getMemory(digestOf(hot))?.equals(hot)).toBe(true);
+    expect((await readFile(chunkPath(root, digest))).equals(cold)).toBe(true);
+    expect((await cache.get(digest))?.equals(cold)).toBe(true);
+    await cache.close();
+  });
+
   it('stores an identical chunk once', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(5000);
