@@ -172,8 +172,7 @@ export class SpanFetcher {
       opts.priority !== 'background' && this.ctx.clock !== undefined && this.ctx.staleJoinMs !== undefined
         ? this.ctx.clock.now() - this.ctx.staleJoinMs
         : -Infinity;
-    const flights = this.flights
-      .filter((f) => !f.batch.ctl.signal.aborted && f.startedAt >= staleBefore);
+    const flights = this.flights.filter((f) => !f.batch.ctl.signal.aborted && f.startedAt >= staleBefore);
     const local = opts.bypassCache === true ? undefined : this.ctx.localBytes;
     const gap = (offset: number, end: number): void => {
       if (end <= offset) return;
