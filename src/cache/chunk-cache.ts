@@ -150,7 +150,8 @@ export class ChunkCache {
   /** True when the chunk is believed present (memory or disk index); a later get may still miss. */
   has(digest: string): boolean {
     const hex = digestHex(digest);
-    return this.memory.has(hex) || this.index.has(hex);
+    // a chunk being written is present too (a background put skips the memory LRU)
+    return this.memory.has(hex) || this.index.has(hex) || this.writes.has(hex);
   }
 
   /** The chunk's bytes, verified, or undefined (absent, evicted, or found corrupt and removed). */
@@ -275,6 +276,8 @@ export class ChunkCache {
       return;
     }
     await this.writes.run(hex, () => this.write(hex, data));
+    // not written (no room, all pinned, an I/O error): a verified chunk is kept in memory at least
+    if (opts.memory === false && !this.index.has(hex)) this.memory.set(hex, data);
   }
 
   private async write(hex: string, data: Buffer): Promise<void> {

@@ -79,8 +79,18 @@ export class ReadAround {
       return true;
     };
     let covered = 0;
+    // each (file, block) once per call: a read of N chunks of one block would scan it N times
+    const blocks = new Map<readonly Chunk[], Set<number>>();
     for (const s of sorted) {
-      if (s.file !== undefined && s.chunk !== undefined) fileBlock(s.file, s.chunk, take);
+      if (s.file !== undefined && s.chunk !== undefined) {
+        const block = Math.floor(s.chunk.fileOffset / FILE_BLOCK_BYTES);
+        let seen = blocks.get(s.file);
+        if (seen === undefined) blocks.set(s.file, (seen = new Set()));
+        if (!seen.has(block)) {
+          seen.add(block);
+          fileBlock(s.file, s.chunk, take);
+        }
+      }
       const limit = Math.min(this.o.blobSize, s.end + this.window);
       let end = Math.max(s.end, covered);
       for (let i = firstAtOrAfter(all, s.end); i < all.length; i++) {

@@ -150,19 +150,19 @@ export class Authorizer {
     signal?: AbortSignal,
     scope = ctx.scope,
   ): Promise<string> {
-    // one caller giving up (its read's deadline) must not fail the others waiting on the token
+    // one caller giving up (its read's deadline) must not fail the others waiting on the token.
+    // The shared fetch has the endpoint's request timeout (none when it is negative); running
+    // past it is a network failure, which the caller's retry policy may retry with a new fetch.
+    const configured = ctx.ep.options.requestTimeoutMs ?? this.tokenTimeoutMs;
+    const ms = configured < 0 ? Infinity : configured;
     return this.tokenFetches.share(
       this.key(ctx),
       signal,
-      this.tokenTimeoutMs,
+      ms,
       () =>
-        new StoreError(
-          'E_DEADLINE',
-          `token fetch from ${params.realm} took longer than ${this.tokenTimeoutMs} ms`,
-          {
-            host: ctx.ep.host,
-          },
-        ),
+        new StoreError('E_REGISTRY_NETWORK', `token fetch from ${params.realm} took longer than ${ms} ms`, {
+          host: ctx.ep.host,
+        }),
       (own) => this.fetchToken(ctx, params, scope, own),
     );
   }

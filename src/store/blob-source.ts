@@ -92,8 +92,12 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
    */
   async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
-    const start = opts.bypassCache === true ? Infinity : this.heldStart;
-    if (ranges.every((r) => r.offset >= start)) return ranges.map((r) => this.fromHeld(r.offset, r.length));
+    // the tail as it is now: dropTail() may run while the registry answers
+    const held = this.held;
+    const start = opts.bypassCache === true || held === undefined ? Infinity : this.heldStart;
+    const fromHeld = (offset: number, length: number): Buffer =>
+      held!.subarray(offset - start, offset - start + length);
+    if (ranges.every((r) => r.offset >= start)) return ranges.map((r) => fromHeld(r.offset, r.length));
     const remote = ranges
       .filter((r) => r.offset < start)
       .map((r) => ({ offset: r.offset, length: Math.min(r.length, start - r.offset) }));
@@ -101,10 +105,10 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
     const got = await inner.readRanges(remote, opts);
     let i = 0;
     return ranges.map((r) => {
-      if (r.offset >= start) return this.fromHeld(r.offset, r.length);
+      if (r.offset >= start) return fromHeld(r.offset, r.length);
       const head = got[i++]!;
       if (r.offset + r.length <= start) return head;
-      return Buffer.concat([head, this.fromHeld(start, r.offset + r.length - start)]);
+      return Buffer.concat([head, fromHeld(start, r.offset + r.length - start)]);
     });
   }
 

@@ -16,7 +16,8 @@ export interface LayerHandle {
   /** The reference whose repository the blob is fetched from (the first name that opened it). */
   ref: string;
   blobDigest: string;
-  blob: RangeReader;
+  /** `dropTail`: forget the TOC tail held in memory (LazyBlob). */
+  blob: RangeReader & { dropTail?(): void };
   index: LayerIndex;
   view: DiffView;
   layer: LazyLayerLike;
@@ -119,7 +120,15 @@ export class LayerPool {
       h.layer.start?.();
     } catch (err) {
       this.o.logger.warn({ ref: h.ref, blobDigest: h.blobDigest, err }, 'cannot start background fetch');
+      return;
     }
+    // the held TOC tail (up to MAX_HELD_TAIL per layer) serves reads of the blob's last bytes
+    // until the layer is fully verified: then every chunk is in the cache, and the memory goes.
+    // (Asked only once started: before that the layer has no background pass to wait for.)
+    const dropIfVerified = (): void => {
+      if (h.layer.state().verified) h.blob.dropTail?.();
+    };
+    void h.layer.whenBackgroundDone?.().then(dropIfVerified, dropIfVerified);
   }
 
   /** The opened blob for `spec` (opening it once for every name and ref that points at it). */
@@ -194,12 +203,6 @@ export class LayerPool {
     const logger = this.o.logger.child({ ref, blob: blobDigest });
     const args = { ref, blobDigest, index, blob, logger };
     const layer = this.o.createLayer(spec.diffId ? { ...args, diffId: spec.diffId } : args);
-    // the held TOC tail (up to MAX_HELD_TAIL per layer) serves reads of the blob's last bytes
-    // until the layer is fully verified: then every chunk is in the cache, and the memory goes
-    const dropIfVerified = (): void => {
-      if (layer.state().verified) blob.dropTail();
-    };
-    void layer.whenBackgroundDone?.().then(dropIfVerified, dropIfVerified);
     const view = new DiffView(index, this.o.ino.layerBlock(blobDigest, index.nodes.length + 1));
     const pin = () => {
       slot.opens++;

@@ -91,19 +91,18 @@ export class UseCounts {
     return c.n;
   }
 
-  /** Add the saved counts (once), minus releases that arrived before them. */
+  /**
+   * Add the saved counts (once), each minus the releases that arrived before it loaded (those
+   * released a saved use: uses counted meanwhile are this run's own and stay).
+   */
   load(saved: readonly RefEntry[]): void {
     for (const e of saved) {
       const key = keyOf(e.ref, e.digest);
+      const n = Math.max(0, e.n - (this.earlyReleases.get(key) ?? 0));
+      if (n === 0) continue;
       const c = this.counts.get(key) ?? { ref: e.ref, digest: e.digest, n: 0 };
-      c.n += e.n;
+      c.n += n;
       this.counts.set(key, c);
-    }
-    for (const [key, k] of this.earlyReleases) {
-      const c = this.counts.get(key);
-      if (c === undefined) continue;
-      c.n = Math.max(0, c.n - k);
-      if (c.n === 0) this.counts.delete(key);
     }
     this.earlyReleases.clear();
     this.loaded = true;

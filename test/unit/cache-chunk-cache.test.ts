@@ -79,7 +79,10 @@ describe('ChunkCache', () => {
     await cache.put(digestOf(hot), hot);
     const cold = randomBytes(100_000);
     const digest = digestOf(cold);
-    await cache.put(digest, cold, { memory: false });
+    const writing = cache.put(digest, cold, { memory: false });
+    // present while its write runs: nobody fetches or decodes it again meanwhile
+    expect(cache.has(digest)).toBe(true);
+    await writing;
     expect(cache.getMemory(digest)).toBeUndefined();
     expect(cache.getMemory(digestOf(hot))?.equals(hot)).toBe(true);
     expect((await readFile(chunkPath(root, digest))).equals(cold)).toBe(true);

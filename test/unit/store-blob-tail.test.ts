@@ -34,4 +34,29 @@ describe('LazyBlob held tail', () => {
       [70, 10],
     ]);
   });
+
+  it('a read across the tail still gets its bytes when the tail is dropped while the registry answers', async () => {
+    const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
+    let answer!: () => void;
+    const gate = new Promise<void>((r) => (answer = r));
+    const blob = new LazyBlob(
+      bytes.length,
+      () =>
+        Promise.resolve({
+          size: bytes.length,
+          read: async (offset: number, length: number) => {
+            await gate;
+            return bytes.subarray(offset, offset + length);
+          },
+        }),
+      {},
+    );
+    blob.holdTail(60, Buffer.from(bytes.subarray(60)));
+    const pending = blob.readRanges([{ offset: 50, length: 20 }], {});
+    await new Promise((r) => setImmediate(r));
+    blob.dropTail();
+    answer();
+    const [got] = await pending;
+    expect(got).toEqual(bytes.subarray(50, 70));
+  });
 });

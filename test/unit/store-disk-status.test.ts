@@ -205,4 +205,14 @@ describe('layer use counts on disk', () => {
     expect(c.has('r/a:1', d('1'))).toBe(false);
     expect(c.entries()).toEqual([{ ref: 'r/a:1', digest: d('2'), n: 2 }]);
   });
+
+  it("an early release only takes from the saved count, never from this run's uses", () => {
+    const c = new UseCounts();
+    c.release('r/a:1', d('1'));
+    c.use('r/a:1', d('1'));
+    c.release('r/b:1', d('2'));
+    c.load([{ ref: 'r/b:1', digest: d('2'), n: 1 }]);
+    expect(c.get('r/a:1', d('1'))).toBe(1);
+    expect(c.get('r/b:1', d('2'))).toBe(0);
+  });
 });
