@@ -118,14 +118,11 @@ function fileBlock(file: readonly Chunk[], chunk: Chunk, take: (c: Chunk) => boo
   const blockStart = chunk.fileOffset - (chunk.fileOffset % FILE_BLOCK_BYTES);
   const blockEnd = blockStart + FILE_BLOCK_BYTES;
   // a file's chunks are sorted by file offset
-  let lo = 0;
-  let hi = file.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (file[mid]!.fileOffset < blockStart) lo = mid + 1;
-    else hi = mid;
-  }
-  for (let i = lo; i < file.length && file[i]!.fileOffset < blockEnd; i++) {
+  for (
+    let i = lowerBound(file, (c) => c.fileOffset, blockStart);
+    i < file.length && file[i]!.fileOffset < blockEnd;
+    i++
+  ) {
     if (file[i] !== chunk) take(file[i]!);
   }
 }
@@ -144,11 +141,16 @@ function mergeSpans(spans: Array<{ offset: number; end: number }>): Array<{ offs
 
 /** Index of the first chunk whose compressed span starts at or after `offset` (binary search). */
 export function firstAtOrAfter(sorted: readonly Chunk[], offset: number): number {
+  return lowerBound(sorted, (c) => c.compressedOffset, offset);
+}
+
+/** Index of the first chunk whose `key` is >= `value`, in chunks sorted by `key`. */
+function lowerBound(sorted: readonly Chunk[], key: (c: Chunk) => number, value: number): number {
   let lo = 0;
   let hi = sorted.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if (sorted[mid]!.compressedOffset < offset) lo = mid + 1;
+    if (key(sorted[mid]!) < value) lo = mid + 1;
     else hi = mid;
   }
   return lo;
