@@ -235,8 +235,8 @@ export class LazyLayer {
    * Load (fetch + verify + cache) the chunks of regular file `node` covering [offset,
    * offset+length) without returning bytes: read-ahead for a sequential reader, so its next reads
    * find verified chunks in the cache. Chunks already cached (memory or disk) are skipped; nothing
-   * starts once `signal` is aborted (a running fetch completes). Rejects like read() (the caller only logs: the reader's own
-   * read reports errors); no deadline, it ends when its fetch does.
+   * starts once `signal` is aborted (a running fetch completes). Rejects like read() (the caller
+   * only logs: the reader's own read reports errors); no deadline, it ends when its fetch does.
    */
   async prefetchRange(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void> {
     if (this.status.badError !== undefined || signal?.aborted || node.type !== 'reg') return;

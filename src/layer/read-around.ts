@@ -73,7 +73,7 @@ export class ReadAround {
       : base;
     const out: Array<{ offset: number; end: number }> = [];
     const take = (c: Chunk): boolean => {
-      if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) return false;
+      if (!hasData(c)) return false;
       if (askedKeys.has(`${c.compressedOffset}:${c.compressedEnd}`) || !this.o.isFresh(c)) return false;
       out.push({ offset: c.compressedOffset, end: c.compressedEnd });
       return true;
@@ -101,7 +101,7 @@ export class ReadAround {
           end = Math.max(end, c.compressedEnd);
           continue;
         }
-        if (c.zeros || !isSha256Digest(c.digest) || c.compressedEnd <= c.compressedOffset) continue;
+        if (!hasData(c)) continue;
         if (!take(c)) break;
         end = c.compressedEnd;
       }
@@ -111,6 +111,11 @@ export class ReadAround {
     this.lastEnd = Math.max(covered, merged[merged.length - 1]?.end ?? 0);
     return merged;
   }
+}
+
+/** A chunk with compressed data to fetch (not zeros, a usable digest, a non-empty span). */
+function hasData(c: Chunk): boolean {
+  return !c.zeros && isSha256Digest(c.digest) && c.compressedEnd > c.compressedOffset;
 }
 
 /** Offer `take` the other chunks of `chunk`'s file block: same file, file offsets in the same block. */

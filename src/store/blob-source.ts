@@ -11,6 +11,11 @@ import { checkRange, type RangeReader } from '../util/range-reader.js';
 /** A RangeReader that may also implement the blob-read contract (the registry blob reader does). */
 export type MultiRangeReader = RangeReader & Partial<BlobRangeSource>;
 
+/** Bytes [offset, offset + length) of a blob from its tail `held`, which starts at blob offset `start`. */
+function heldSlice(held: Buffer, start: number, offset: number, length: number): Buffer {
+  return held.subarray(offset - start, offset - start + length);
+}
+
 /**
  * A registry blob whose size is already known (from the saved record or the manifest), opened only
  * when a byte is actually needed: a restarted store serves cached content without any request,
@@ -82,7 +87,9 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
   async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
-    if (offset >= this.heldStart) return this.fromHeld(offset, length);
+    if (this.held !== undefined && offset >= this.heldStart) {
+      return heldSlice(this.held, this.heldStart, offset, length);
+    }
     return await (await this.reader(signal)).read(offset, length, signal);
   }
 
@@ -95,8 +102,7 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
     // the tail as it is now: dropTail() may run while the registry answers
     const held = this.held;
     const start = opts.bypassCache === true || held === undefined ? Infinity : this.heldStart;
-    const fromHeld = (offset: number, length: number): Buffer =>
-      held!.subarray(offset - start, offset - start + length);
+    const fromHeld = (offset: number, length: number): Buffer => heldSlice(held!, start, offset, length);
     if (ranges.every((r) => r.offset >= start)) return ranges.map((r) => fromHeld(r.offset, r.length));
     const remote = ranges
       .filter((r) => r.offset < start)
@@ -110,10 +116,6 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
       if (r.offset + r.length <= start) return head;
       return Buffer.concat([head, fromHeld(start, r.offset + r.length - start)]);
     });
-  }
-
-  private fromHeld(offset: number, length: number): Buffer {
-    return this.held!.subarray(offset - this.heldStart, offset - this.heldStart + length);
   }
 }
 

@@ -38,7 +38,8 @@ export async function loadLayerRefs(root: string): Promise<RefEntry[]> {
   );
 }
 
-const keyOf = (ref: string, digest: string): string => `${ref}\n${digest}`;
+/** The key of one (ref, digest) pair in the use counts (and in status rows). */
+export const useKey = (ref: string, digest: string): string => `${ref}\n${digest}`;
 
 /**
  * The live counts. Signals may arrive before the saved counts have loaded: a `use` simply adds; a
@@ -55,11 +56,11 @@ export class UseCounts {
   }
 
   get(ref: string, digest: string): number {
-    return this.counts.get(keyOf(ref, digest))?.n ?? 0;
+    return this.counts.get(useKey(ref, digest))?.n ?? 0;
   }
 
   has(ref: string, digest: string): boolean {
-    return this.counts.has(keyOf(ref, digest));
+    return this.counts.has(useKey(ref, digest));
   }
 
   entries(): RefEntry[] {
@@ -68,7 +69,7 @@ export class UseCounts {
 
   /** Returns the new count. */
   use(ref: string, digest: string): number {
-    const key = keyOf(ref, digest);
+    const key = useKey(ref, digest);
     const c = this.counts.get(key) ?? { ref, digest, n: 0 };
     c.n++;
     this.counts.set(key, c);
@@ -77,7 +78,7 @@ export class UseCounts {
 
   /** Returns the new count, or undefined when nothing was counted (and nothing may load). */
   release(ref: string, digest: string): number | undefined {
-    const key = keyOf(ref, digest);
+    const key = useKey(ref, digest);
     const c = this.counts.get(key);
     if (c === undefined || c.n === 0) {
       if (this.loaded) return undefined;
@@ -97,7 +98,7 @@ export class UseCounts {
    */
   load(saved: readonly RefEntry[]): void {
     for (const e of saved) {
-      const key = keyOf(e.ref, e.digest);
+      const key = useKey(e.ref, e.digest);
       const n = Math.max(0, e.n - (this.earlyReleases.get(key) ?? 0));
       if (n === 0) continue;
       const c = this.counts.get(key) ?? { ref: e.ref, digest: e.digest, n: 0 };

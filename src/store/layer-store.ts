@@ -12,7 +12,7 @@ import { holdResolved } from './pins-hold.js';
 import type { HeldLayer } from './pins.js';
 import { parseReference } from '../registry/reference.js';
 import { parseDigest } from '../util/digest.js';
-import { LayerRefsWriter, UseCounts, loadLayerRefs } from './layer-refs.js';
+import { LayerRefsWriter, UseCounts, loadLayerRefs, useKey } from './layer-refs.js';
 import { diskLayerRows, mergeStatus } from './disk-status.js';
 
 /** One line of `stargz-store status`. */
@@ -173,7 +173,7 @@ export class LayerStore {
     const out: LayerStatus[] = [];
     const seen = new Set<string>();
     for (const e of this.resolver.allEntries()) {
-      const key = `${e.ref}\n${e.digest}`;
+      const key = useKey(e.ref, e.digest);
       seen.add(key);
       const refs = this.refcounts.get(e.ref, e.digest);
       const r = e.resolved;
@@ -210,7 +210,7 @@ export class LayerStore {
       }
     }
     for (const c of this.refcounts.entries()) {
-      if (seen.has(`${c.ref}\n${c.digest}`)) continue;
+      if (seen.has(useKey(c.ref, c.digest))) continue;
       out.push({
         ref: c.ref,
         digest: c.digest,
