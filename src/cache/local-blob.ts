@@ -27,7 +27,10 @@ export class LocalBlob {
   private readonly pending = new IntervalSet();
   private readonly pieces = new Set<PendingPiece>();
   private accounted: number;
+  /** Bytes stored since the last checkpoint round took its snapshot. */
   private unrecorded = 0;
+  /** Bytes of the snapshot the running checkpoint round is making durable. */
+  private recording = 0;
   private timer: NodeJS.Timeout | undefined;
   private checkpointing: Promise<void> | undefined;
   private again = false;
@@ -242,6 +245,25 @@ export class LocalBlob {
     await this.checkpoint();
   }
 
+  /**
+   * Bytes handed over whose coverage is not durably recorded yet (being written, written since the
+   * last snapshot, or in the snapshot being recorded): what a crash right now would lose.
+   */
+  get unsettledBytes(): number {
+    return this.pending.size + this.unrecorded + this.recording;
+  }
+
+  /**
+   * Resolves at once while at most 2 x checkpointBytes are unsettled, else once everything handed
+   * over so far is durably recorded. The background fetch waits on it, so a crash loses a bounded
+   * number of received bytes and a slow disk (fdatasync under load) slows the fetch instead of
+   * piling received bytes up in memory.
+   */
+  async settle(): Promise<void> {
+    if (this.closed || this.store.disabled || this.unsettledBytes <= 2 * this.store.checkpointBytes) return;
+    await this.flush();
+  }
+
   /** Wait for writes in flight and record the coverage durably. */
   async flush(): Promise<void> {
     await Promise.all([...this.inflight]);
@@ -275,6 +297,7 @@ export class LocalBlob {
       do {
         this.again = false;
         const snapshot = this.stored.intervals();
+        this.recording = this.unrecorded;
         this.unrecorded = 0;
         try {
           if (this.store.durable) await this.fh.datasync();
@@ -286,6 +309,7 @@ export class LocalBlob {
         }
       } while (this.again);
     })().finally(() => {
+      this.recording = 0;
       this.checkpointing = undefined;
     });
     return this.checkpointing;

@@ -64,6 +64,7 @@ export async function runBackground(r: BackgroundRun): Promise<void> {
         units,
         fetcher: r.fetcher,
         lastRead: r.lastRead,
+        settle: opts.local?.settle?.bind(opts.local),
         cache: r.cache,
         scheduler: r.scheduler,
         compression: r.index.compression,

@@ -1,6 +1,7 @@
 import type { ChunkCache } from '../cache/chunk-cache.js';
 import { decodeChunks } from '../format/codec.js';
 import type { Chunk, Compression } from '../format/model.js';
+import { raceAbort } from '../util/abort.js';
 import { crashPoint } from '../util/crash-points.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
@@ -25,6 +26,8 @@ export interface BackgroundContext {
   bypassCache?: boolean;
   /** Clock time of the layer's last on-demand read (undefined: none): the pass yields to reads. */
   lastRead(): number | undefined;
+  /** The local compressed copy's backpressure (LocalCompressedStore.settle), awaited per unit. */
+  settle?: (() => Promise<void>) | undefined;
   onVerified(chunk: Chunk): void;
   onChunkError(err: unknown): void;
 }
@@ -80,6 +83,7 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
       fetched.catch(() => undefined);
       chain = chain.then(async () => {
         const buf = await fetched;
+        if (ctx.settle !== undefined) await raceAbort(ctx.settle(), stop.signal);
         if (hasher !== undefined) await hasher.write(buf, () => ctx.scheduler.idle(stop.signal));
       });
       pending.push(chain);

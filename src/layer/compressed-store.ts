@@ -29,6 +29,12 @@ export interface LocalCompressedBytes {
  */
 export interface LocalCompressedStore extends LocalCompressedBytes {
   readonly onCompressedBytes: CompressedBytesSink;
+  /**
+   * Resolves once the bytes received so far are stored to within a bound (a crash loses at most
+   * about that much). The background pass waits on it between units, so a slow disk slows the
+   * background fetch instead of piling received bytes up in memory.
+   */
+  settle?(): Promise<void>;
   /** The layer is fully verified (now or from persisted state): the local bytes may go. */
   discard?(): Promise<void>;
   /** A re-check from the origin is about to run: the local bytes must not be trusted. */

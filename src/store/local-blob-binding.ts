@@ -64,6 +64,10 @@ export class LocalBlobBinding implements LocalCompressedStore {
     else if (!this.failed) this.early.push([offset, data]);
   };
 
+  async settle(): Promise<void> {
+    await (await this.opened)?.settle();
+  }
+
   /** The layer is fully verified: its chunks are cached, the compressed copy is no longer needed. */
   async discard(): Promise<void> {
     await this.opened;

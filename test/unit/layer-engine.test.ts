@@ -396,6 +396,39 @@ describe('LazyLayer fetch engine', () => {
 });
 
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
+  it('the background pass waits for the local copy to settle: no more than its window ahead', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const local = new (class extends MemoryLocalBytes {
+      calls = 0;
+      settle(): Promise<void> {
+        this.calls++;
+        return gate;
+      }
+    })(fx.blob.length);
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      backgroundUnitBytes: 4096,
+      backgroundWindow: 2,
+      expectedDiffID: fx.diffID,
+      local,
+    });
+    layer.start();
+    // a slow disk: the pass asked to settle, received its window of two units, and holds there
+    while (!(local.calls > 0 && source.held.length >= 2 && source.held.every((h) => h.settled)))
+      await new Promise<void>((r) => setTimeout(r, 1));
+    await settle(60);
+    expect(source.held).toHaveLength(2);
+    expect(layer.state().fullyVerified).toBe(false);
+    release();
+    await layer.whenBackgroundDone();
+    expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
+    expect(source.held.length).toBeGreaterThan(2);
+  });
+
   it('a second layer on the same blob store re-verifies the DiffID from local bytes: zero network bytes', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
     const key = sha256(fx.blob);
