@@ -278,5 +278,7 @@ export class LayerPool {
         }
       }),
     );
+    // TOCs still being saved land before the store says it stopped
+    await this.o.tocs.idle();
   }
 }

@@ -24,6 +24,8 @@ export interface TocSpec {
  * re-opened after it was closed idle).
  */
 export class TocTails {
+  private readonly saving = new Set<Promise<void>>();
+
   constructor(
     private readonly meta: MetaStore,
     private readonly openLayer: OpenLayerFn,
@@ -66,16 +68,34 @@ export class TocTails {
     const readFrom = rec.tailStart();
     const readTail = readFrom < spec.blobSize ? rec.tail(readFrom) : undefined;
     if (readTail !== undefined && readTail.length <= MAX_HELD_TAIL) blob.holdTail(readFrom, readTail);
-    // what the format reader needs again: from the TOC (zstd: its frame header) to the end
+    // Saved off the lookup's path (a disk write: 10-70 ms of a resolution on a busy disk): the
+    // layer is servable without it, and a restart before it lands reads the TOC from the registry.
+    const save = this.save(spec, index, rec, blob, signal).finally(() => this.saving.delete(save));
+    this.saving.add(save);
+    return index;
+  }
+
+  /** Resolves once every TOC save started so far has finished (store shutdown). */
+  async idle(): Promise<void> {
+    await Promise.all([...this.saving]);
+  }
+
+  /** What the format reader needs again, from the TOC (zstd: its frame header) to the end. */
+  private async save(
+    spec: TocSpec,
+    index: LayerIndex,
+    rec: RecordingReader,
+    blob: LazyBlob,
+    signal: AbortSignal,
+  ): Promise<void> {
     const start = Math.max(0, index.tocOffset - (index.compression === 'zstd' ? FRAME_HEADER : 0));
     try {
       const bytes = rec.tail(start) ?? (await blob.read(start, spec.blobSize - start, signal));
       await this.meta.putTocTail({ blobDigest: spec.blobDigest, blobSize: spec.blobSize, start, bytes });
     } catch (err) {
-      if (signal.aborted) throw err;
       // still servable now; a restart then needs the registry for the TOC
-      this.logger.warn({ ...ctx, err }, 'cannot save the verified TOC');
+      if (!signal.aborted)
+        this.logger.warn({ ref: spec.ref, digest: spec.blobDigest, err }, 'cannot save the verified TOC');
     }
-    return index;
   }
 }
