@@ -1,27 +1,23 @@
-import { createHash, webcrypto, type Hash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 
-/** Up to this size hashing inline costs less than any hand-off (~75 us at 1.7 GB/s). */
-const INLINE_HASH = 128 * 1024;
 /**
- * Up to this size WebCrypto hashes on libuv's thread pool: it copies its input synchronously
- * (~0.3 ms per 4 MiB), which is cheaper for the main thread than hashing it there (~2.5 ms).
+ * Hashed on this thread in steps of this size (~0.6 ms each), the event loop served between.
+ * Not WebCrypto on the thread pool: it copies its input first, and with the store's fixed glibc
+ * mmap threshold (bin/store-env) each copy is a fresh mapping paid in page faults: 80-85 ms of
+ * main thread per 128 MiB against 76 ms to hash it here. Measured in process
+ * (bench/cold-read.js, 120 MiB shard, eStargz, 3 runs each): 341-381 -> 458-487 MB/s, CPU
+ * 3.9-4.5 -> 3.2-3.3 ms/MB.
  */
-const WEBCRYPTO_HASH = 4 * 1024 * 1024;
-/** Beyond that, hashed on this thread in steps of this size with the event loop served between. */
 const STEP = 1024 * 1024;
 
 /**
- * `sha256:<hex>` of `buf` without blocking the event loop for long: inline when tiny, on the
- * thread pool (WebCrypto) up to a few MiB, in yielding steps beyond (no copy of a large input).
- * The one hashing helper of the store: chunk verification, the TOC, cache reads and CLI checks
- * all use it. The caller's buffer is never detached or modified.
+ * `sha256:<hex>` of `buf` without blocking the event loop for long: in steps with the event loop
+ * served between them (no copy of the input). The one hashing helper of the store: chunk
+ * verification, the TOC, cache reads and CLI checks all use it. The caller's buffer is never
+ * detached or modified.
  */
 export async function sha256Async(buf: Uint8Array): Promise<string> {
-  if (buf.length <= INLINE_HASH) return 'sha256:' + createHash('sha256').update(buf).digest('hex');
-  if (buf.length <= WEBCRYPTO_HASH) {
-    return 'sha256:' + Buffer.from(await webcrypto.subtle.digest('SHA-256', buf)).toString('hex');
-  }
   const h = createHash('sha256');
   for (let off = 0; off < buf.length; off += STEP) {
     if (off > 0) await yieldToLoop();
@@ -38,8 +34,7 @@ const zeroStates: Hash[] = [createHash('sha256')];
 
 /** `sha256:<hex>` of `size` zero bytes, in steps with the event loop served between them. */
 export async function zerosDigest(size: number): Promise<string> {
-  if (size <= INLINE_HASH)
-    return 'sha256:' + createHash('sha256').update(ZERO.subarray(0, size)).digest('hex');
+  if (size <= STEP) return 'sha256:' + createHash('sha256').update(ZERO.subarray(0, size)).digest('hex');
   const k = Math.min(Math.floor(size / CHECKPOINT), zeroStates.length - 1);
   const h = zeroStates[k]!.copy();
   let pos = k * CHECKPOINT;
