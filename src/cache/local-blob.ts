@@ -267,6 +267,7 @@ export class LocalBlob {
   /** Wait for writes in flight and record the coverage durably. */
   async flush(): Promise<void> {
     await Promise.all([...this.inflight]);
+    if (this.closed) return;
     await this.checkpoint();
   }
 

@@ -7,7 +7,7 @@
  * reader moves forward sequentially it loads the chunks ahead of it (`load`, i.e.
  * `LazyLayer.prefetchRange`: fetch + verify + cache, no bytes returned) in steps of `stepBytes`,
  * several steps in flight so that fetching the next span overlaps decoding and verifying the current
- * one on both cores (libuv's thread pool). The distance kept ahead grows with the run (1 -> 4 -> 16 -> 64 MiB), so
+ * one on both cores (gzip inflates on libuv's thread pool). The distance kept ahead grows with the run (1 -> 4 -> 16 -> 64 MiB), so
  * a short sequential read never pulls 64 MiB it will not use. A random access or close() abandons
  * the run: no new steps start and the running ones are told to stop (their results, if any, still
  * land in the chunk cache, where they are verified bytes like any other).

@@ -56,9 +56,9 @@ function isSupportedMedia(mediaType: string): boolean {
 /**
  * Resolves `(ref, digest)` to a verified, lazily readable layer. One entry per name (NameTable),
  * one opened blob per blob digest shared across refs and tags (LayerPool), no global lock: a slow
- * registry only delays the names that need it. A resolved name is persisted (record + verified TOC
- * bytes, TocTails), so after a restart, or after its idle handle was closed, it re-opens from disk
- * without the registry. The first lookup of a layer starts resolving the image's other layers
+ * registry only delays the names that need it. A resolved name is persisted (its record before the
+ * answer, the verified TOC bytes just after it: TocTails), so after a restart, or after its idle
+ * handle was closed, it re-opens from disk without the registry. The first lookup of a layer starts resolving the image's other layers
  * (EagerQueue): clients look layers up one at a time, each under a lock, so the later ones find
  * their answer ready.
  */

@@ -77,7 +77,8 @@ export class TocTails {
 
   /** Resolves once every TOC save started so far has finished (store shutdown). */
   async idle(): Promise<void> {
-    await Promise.all([...this.saving]);
+    // a resolution finishing meanwhile may start another save
+    while (this.saving.size > 0) await Promise.all([...this.saving]);
   }
 
   /** What the format reader needs again, from the TOC (zstd: its frame header) to the end. */

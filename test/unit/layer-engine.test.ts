@@ -429,6 +429,30 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
     expect(source.held.length).toBeGreaterThan(2);
   });
 
+  it('a layer closed while its background pass waits for a disk that never settles closes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const local = new (class extends MemoryLocalBytes {
+      calls = 0;
+      settle(): Promise<void> {
+        this.calls++;
+        return new Promise<void>(() => undefined); // a hung disk
+      }
+    })(fx.blob.length);
+    const layer = makeLayer(fx, source, {
+      backgroundFetch: true,
+      backgroundUnitBytes: 4096,
+      expectedDiffID: fx.diffID,
+      local,
+    });
+    layer.start();
+    while (local.calls === 0) await new Promise<void>((r) => setTimeout(r, 1));
+    await layer.close();
+    await layer.whenBackgroundDone();
+    expect(layer.state().fullyVerified).toBe(false);
+  });
+
   it('a second layer on the same blob store re-verifies the DiffID from local bytes: zero network bytes', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
     const key = sha256(fx.blob);

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { StoreError } from '../../util/errors.js';
 import type { RangeReader } from '../../util/range-reader.js';
@@ -44,7 +43,7 @@ export async function tarSizeFromTarSplit(
     });
   }
   const compressed = await blob.read(ts.offset, ts.length, signal);
-  const actual = await sha256(compressed);
+  const actual = await sha256Async(compressed);
   if (actual !== expected) {
     throw new StoreError('E_DIGEST_MISMATCH', 'tar-split does not match the TOC tarSplitDigest', {
       expected,
@@ -53,12 +52,6 @@ export async function tarSizeFromTarSplit(
   }
   const text = await decompressManifest(compressed, ts.uncompressedLength, signal);
   return await sumTarSplit(text, signal);
-}
-
-/** Inline for small inputs, on the thread pool or in yielding steps for big ones (keeps the event loop free). */
-async function sha256(b: Buffer): Promise<string> {
-  if (b.length >= 1 << 20) return await sha256Async(b);
-  return 'sha256:' + createHash('sha256').update(b).digest('hex');
 }
 
 /** Sum of raw segment bytes and file sizes over tar-split JSON lines. */
