@@ -1,4 +1,5 @@
 import type { LayerIndex } from '../format/model.js';
+import { withDeadline } from '../util/abort.js';
 import type { Logger } from '../util/logger.js';
 import { RecordingReader, TailReader, type LazyBlob } from './blob-source.js';
 import type { OpenLayerFn } from './deps.js';
@@ -6,6 +7,9 @@ import type { MetaStore } from './meta-store.js';
 
 /** The blob's end read for the TOC is kept in memory for later reads up to this size. */
 const MAX_HELD_TAIL = 4 * 1024 * 1024;
+
+/** A TOC save that must read the blob again (its tail was not all read) gives up after this. */
+const SAVE_READ_MS = 30_000;
 
 /** Room kept before the TOC when its bytes are saved (zstd:chunked frame header). */
 const FRAME_HEADER = 8;
@@ -91,7 +95,13 @@ export class TocTails {
   ): Promise<void> {
     const start = Math.max(0, index.tocOffset - (index.compression === 'zstd' ? FRAME_HEADER : 0));
     try {
-      const bytes = rec.tail(start) ?? (await blob.read(start, spec.blobSize - start, signal));
+      // the resolve's signal no longer aborts once answered: this read gets a deadline of its own
+      const bytes =
+        rec.tail(start) ??
+        (await withDeadline(SAVE_READ_MS, (s) => blob.read(start, spec.blobSize - start, s), {
+          signal,
+          what: 'TOC save read',
+        }));
       await this.meta.putTocTail({ blobDigest: spec.blobDigest, blobSize: spec.blobSize, start, bytes });
     } catch (err) {
       // still servable now; a restart then needs the registry for the TOC

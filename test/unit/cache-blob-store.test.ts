@@ -22,6 +22,28 @@ afterEach(async () => {
 
 const dir = (): string => join(root, 'blobs', 'sha256');
 
+/** The real file system, with some calls of the blob's file handle replaced (fault injection). */
+function handleFs(wrap: (fh: fsp.FileHandle) => Partial<BlobFileHandle>): BlobFs {
+  return {
+    open: async (path, flags, mode) => {
+      const fh = await fsp.open(path, flags, mode);
+      return {
+        write: (buf, off, len, pos) => fh.write(buf, off, len, pos),
+        read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
+        datasync: () => fh.datasync(),
+        stat: () => fh.stat(),
+        close: () => fh.close(),
+        ...wrap(fh),
+      };
+    },
+    readFile: (p) => fsp.readFile(p),
+    rename: (a, b) => fsp.rename(a, b),
+    unlink: (p) => fsp.unlink(p),
+    mkdir: (p, o) => fsp.mkdir(p, o),
+    readdir: (p) => fsp.readdir(p),
+  };
+}
+
 /** A budget with a fixed limit that records what it granted. */
 function fixedBudget(limit: number): DiskBudget & { used: number } {
   const b = {
@@ -362,29 +384,14 @@ describe('BlobStore: bounds and disk errors', () => {
   it('ENOSPC: stops storing, warns once, keeps serving stored bytes; storing resumes after a remove', async () => {
     let full = false;
     let writesTried = 0;
-    const failingFs: BlobFs = {
-      open: async (path, flags, mode) => {
-        const fh = await fsp.open(path, flags, mode);
-        const wrapped: BlobFileHandle = {
-          write: async (buf, off, len, pos) => {
-            writesTried++;
-            if (full)
-              throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
-            return await fh.write(buf, off, len, pos);
-          },
-          read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
-          datasync: () => fh.datasync(),
-          stat: () => fh.stat(),
-          close: () => fh.close(),
-        };
-        return wrapped;
+    const failingFs = handleFs((fh) => ({
+      write: async (buf, off, len, pos) => {
+        writesTried++;
+        if (full)
+          throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+        return await fh.write(buf, off, len, pos);
       },
-      readFile: (p) => fsp.readFile(p),
-      rename: (a, b) => fsp.rename(a, b),
-      unlink: (p) => fsp.unlink(p),
-      mkdir: (p, o) => fsp.mkdir(p, o),
-      readdir: (p) => fsp.readdir(p),
-    };
+    }));
     const { logger, text } = captureLogger();
     const store = await BlobStore.open({
       root,
@@ -478,27 +485,13 @@ describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
     let release!: () => void;
     let failIt = false;
     const gate = new Promise<void>((r) => (release = r));
-    const gatedFs: BlobFs = {
-      open: async (path, flags, mode) => {
-        const fh = await fsp.open(path, flags, mode);
-        return {
-          write: async (buf, off, len, pos) => {
-            await gate;
-            if (failIt) throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
-            return await fh.write(buf, off, len, pos);
-          },
-          read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
-          datasync: () => fh.datasync(),
-          stat: () => fh.stat(),
-          close: () => fh.close(),
-        };
+    const gatedFs = handleFs((fh) => ({
+      write: async (buf, off, len, pos) => {
+        await gate;
+        if (failIt) throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
+        return await fh.write(buf, off, len, pos);
       },
-      readFile: (p) => fsp.readFile(p),
-      rename: (a, b) => fsp.rename(a, b),
-      unlink: (p) => fsp.unlink(p),
-      mkdir: (p, o) => fsp.mkdir(p, o),
-      readdir: (p) => fsp.readdir(p),
-    };
+    }));
     for (const outcome of ['written', 'failed'] as const) {
       const r = join(root, outcome);
       const store = await BlobStore.open({ root: r, fs: gatedFs, durable: false });
@@ -543,27 +536,13 @@ describe('BlobStore: settle (bounded bytes a crash can lose)', () => {
   it('waits while more than 2 x checkpointBytes are not durably recorded, then resolves once they are', async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const slowSync: BlobFs = {
-      open: async (path, flags, mode) => {
-        const fh = await fsp.open(path, flags, mode);
-        return {
-          write: (buf, off, len, pos) => fh.write(buf, off, len, pos),
-          read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
-          // fdatasync on a loaded disk: the coverage record waits for it
-          datasync: async () => {
-            await gate;
-            await fh.datasync();
-          },
-          stat: () => fh.stat(),
-          close: () => fh.close(),
-        };
+    // fdatasync on a loaded disk: the coverage record waits for it
+    const slowSync = handleFs((fh) => ({
+      datasync: async () => {
+        await gate;
+        await fh.datasync();
       },
-      readFile: (p) => fsp.readFile(p),
-      rename: (a, b) => fsp.rename(a, b),
-      unlink: (p) => fsp.unlink(p),
-      mkdir: (p, o) => fsp.mkdir(p, o),
-      readdir: (p) => fsp.readdir(p),
-    };
+    }));
     const store = await BlobStore.open({ root, fs: slowSync, checkpointBytes: 1000 });
     const blob = randomBytes(4000);
     const b = await store.openBlob(digestOf(blob), blob.length);
