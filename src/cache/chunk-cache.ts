@@ -378,6 +378,21 @@ export class ChunkCache {
     this.closed = true;
     await this.flush();
     await this.scanPromise;
+    this.verified.close();
+  }
+
+  /**
+   * Resolves when the disk writes of these chunks that are running now have finished (at once when
+   * none is). Read-ahead waits for them before it counts a step done, so the chunks it decoded
+   * ahead of the reader are bounded in memory until they are on disk, not only until decoded.
+   */
+  async written(digests: Iterable<string>): Promise<void> {
+    const running: Array<Promise<void>> = [];
+    for (const d of digests) {
+      const w = this.writes.get(digestHex(d));
+      if (w !== undefined) running.push(w);
+    }
+    if (running.length > 0) await Promise.all(running).catch(() => undefined);
   }
 
   /** Wait for pending writes and evictions without closing. */

@@ -19,6 +19,7 @@ import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
 // loaded by buildStore() (build-store.ts), so `--help`, `--version` and the other commands start fast.
+import { warmUpTocPipeline } from '../format/toc-reader.js';
 import { buildStore, type BuiltStore } from './build-store.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
@@ -282,6 +283,10 @@ export async function runServe(
       const { startMetricsServer } = await import('../store/metrics-server.js'); // prom-client
       metricsServer = await startMetricsServer(config.metricsAddress, logger);
     }
+    // before the mount exists: the first lookups then meet compiled TOC code (toc-reader.ts)
+    const warmStart = performance.now();
+    await warmUpTocPipeline();
+    logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up');
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 

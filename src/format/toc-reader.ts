@@ -182,6 +182,51 @@ export async function readToc(src: TocBytes, opts: ReadTocOptions): Promise<Unve
 }
 
 /**
+ * Run the JSON half of the pipeline (scanner, entry checks, tree) over a synthetic TOC of
+ * `entries` entries shaped like real ones, and throw the result away. A store's first layers
+ * otherwise arrive while V8 still interprets these loops: measured in one process, the first
+ * resolution of a sample layer took 84 ms against 58 for the next ones. The store runs this once
+ * before it mounts, so the first client lookup meets compiled code.
+ */
+export async function warmUpTocPipeline(entries = 250, rounds = 16): Promise<void> {
+  for (let r = 0; r < rounds; r++) await warmUpOnce(entries);
+}
+
+async function warmUpOnce(entries: number): Promise<void> {
+  const sink = new JsonSink({ maxEntries: entries * 2, maxTocBytes: 64 << 20 }, 1 << 30, false);
+  const hex = (n: number): string => n.toString(16).padStart(64, '0');
+  const parts: string[] = [];
+  let offset = 0;
+  for (let i = 0; i < entries; i++) {
+    const dir = `usr/lib/w${i >> 6}`;
+    const common = `"modtime":"2024-01-0${1 + (i % 9)}T00:00:00Z","uid":0,"gid":0,"userName":"root","groupName":"root"`;
+    if ((i & 63) === 0) {
+      parts.push(`{"name":"${dir}/","type":"dir","mode":493,${common}}`);
+    } else if (i % 17 === 0) {
+      parts.push(`{"name":"${dir}/l${i}","type":"symlink","linkName":"f${i - 1}","mode":511,${common}}`);
+    } else if (i % 29 === 0) {
+      // a file in two chunks
+      parts.push(
+        `{"name":"${dir}/f${i}","type":"reg","size":8388608,"mode":420,${common},"offset":${offset},` +
+          `"digest":"sha256:${hex(i)}","chunkSize":4194304,"chunkDigest":"sha256:${hex(i + 1)}"}`,
+        `{"name":"${dir}/f${i}","type":"chunk","offset":${offset + 4000},"chunkOffset":4194304,` +
+          `"chunkSize":4194304,"chunkDigest":"sha256:${hex(i + 2)}"}`,
+      );
+      offset += 8000;
+    } else {
+      parts.push(
+        `{"name":"${dir}/f${i}","type":"reg","size":${100 + i},"mode":420,${common},"offset":${offset},` +
+          `"digest":"sha256:${hex(i)}","chunkDigest":"sha256:${hex(i)}"}`,
+      );
+      offset += 1000;
+    }
+  }
+  const json = Buffer.from(`{"version":1,"entries":[${parts.join(',')}]}`);
+  for (let at = 0; at < json.length; at += WINDOW) await sink.push(json.subarray(at, at + WINDOW));
+  await sink.end();
+}
+
+/**
  * eStargz: inflate exactly one gzip member (CRC32 and ISIZE checked, decompressed size capped),
  * find the `stargz.index.json` tar entry in the first bytes and stream its body into `sink`.
  */

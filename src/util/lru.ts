@@ -15,6 +15,11 @@ export interface LruOptions<V> {
   sizeOf?: (v: V) => number;
   /** Time for expiry, in the unit of `set`'s `expiresAt`; default Date.now. */
   now?: () => number;
+  /**
+   * Called with each entry that leaves: evicted, deleted, replaced by `set`, expired, or cleared
+   * (resources held by values, such as open files, are released here).
+   */
+  onRemove?: (v: V) => void;
 }
 
 /** Added to the clock lru-cache sees (durations are unchanged). */
@@ -49,6 +54,7 @@ export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>>
         : {}),
       // lru-cache treats a start time of 0 as "no start": an injected clock may begin at 0
       perf: { now: () => this.now() + CLOCK_OFFSET },
+      ...(opts.onRemove !== undefined ? { dispose: (v: V) => opts.onRemove?.(v) } : {}),
       ttlResolution: 0,
     } as LRUCache.Options<K, V, unknown>;
     this.c = new LRUCache<K, V>(options);

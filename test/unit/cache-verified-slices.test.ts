@@ -5,7 +5,7 @@
  * hashed itself.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -136,5 +136,43 @@ describe('ChunkCache.readSlice', () => {
     const r = await slice(again, d, data.length, 50_000, 60_000);
     expect(r.ok).toBe(true);
     expect(r.bytes.equals(data.subarray(50_000, 60_000))).toBe(true);
+  });
+
+  it('keeps a bounded number of files open between slice reads and closes them with the cache', async () => {
+    const openFds = async () => (await readdir('/proc/self/fd')).length;
+    const c = await openCache();
+    const chunks = Array.from({ length: 40 }, () => randomBytes(200_000));
+    for (const data of chunks) await c.put(digestOf(data), data);
+    await c.flush();
+    const before = await openFds();
+    for (let round = 0; round < 2; round++) {
+      for (const data of chunks) {
+        for (const from of [0, 70_000, 140_000]) {
+          const r = await slice(c, digestOf(data), data.length, from, from + 60_000);
+          expect(r.ok).toBe(true);
+          expect(r.bytes.equals(data.subarray(from, from + 60_000))).toBe(true);
+        }
+      }
+    }
+    const during = await openFds();
+    expect(during).toBeGreaterThan(before);
+    expect(during - before).toBeLessThanOrEqual(16);
+    await c.close();
+    opened.splice(0);
+    // closes are asynchronous: wait for them through the event loop, not a timer
+    for (let i = 0; i < 100 && (await openFds()) > before; i++) await new Promise(setImmediate);
+    expect(await openFds()).toBe(before);
+  });
+
+  it('a chunk evicted (unlinked) while its file is kept open is not served from the old file', async () => {
+    const c = await openCache();
+    const data = randomBytes(150_000);
+    const d = digestOf(data);
+    await c.put(d, data);
+    await c.flush();
+    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(true);
+    await rm(c.paths.chunkFile(d.slice('sha256:'.length)));
+    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(false);
+    expect(c.hasVerified(d)).toBe(false);
   });
 });

@@ -10,6 +10,7 @@ import { describe, expect, test } from 'vitest';
 import { lookupPath, type LayerIndex } from '../../src/format/model.js';
 import { openLayer, readLayerToc } from '../../src/format/open-layer.js';
 import { TocScanner } from '../../src/format/toc-scan.js';
+import { warmUpTocPipeline } from '../../src/format/toc-reader.js';
 import { UnverifiedToc } from '../../src/format/unverified-toc.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
 import { buildEStargz, buildZstdChunked, estargzFooterBytes, tocMember } from '../helpers/format-builders.js';
@@ -274,5 +275,12 @@ describe('an unverified TOC', () => {
     const blob2 = Buffer.concat([bomb, estargzFooterBytes(0)]);
     const err = await failure(openLayer(new BufferRangeReader(blob2), { maxTocBytes: 1 << 20 }));
     expect(err.code).toMatch(/^E_(BAD_TOC|TOC_TOO_LARGE)$/);
+  });
+});
+
+describe('warmUpTocPipeline', () => {
+  test('its synthetic TOC passes the real scanner, entry checks and tree (the store runs it before mounting)', async () => {
+    // a rejected synthetic TOC would make every store start fail: the pipeline's checks must accept it
+    await expect(warmUpTocPipeline(300, 2)).resolves.toBeUndefined();
   });
 });

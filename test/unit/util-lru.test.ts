@@ -63,4 +63,17 @@ describe('Lru', () => {
     expect(m.totalSize).toBe(2);
     expect([...m.entries()].map(([k]) => k)).toEqual(['e', 'f']);
   });
+
+  it('hands every value that leaves (evicted, deleted, replaced, cleared) to onRemove once', () => {
+    const removed: string[] = [];
+    const m = new Lru<string, string>({ maxEntries: 2, onRemove: (v) => removed.push(v) });
+    m.set('a', 'A');
+    m.set('b', 'B');
+    m.set('c', 'C'); // evicts a
+    m.delete('b');
+    m.set('c', 'C2'); // replaces C
+    expect(removed).toEqual(['A', 'B', 'C']);
+    m.clear();
+    expect(removed).toEqual(['A', 'B', 'C', 'C2']);
+  });
 });
