@@ -111,7 +111,15 @@ export class ChunkCache {
         throw new StoreError('E_CONFIG', `cache ${k} must be >= 0`, { [k]: v });
     }
     const statfsIntervalMs = opts.statfsIntervalMs ?? 1000;
-    this.budget = new DiskBudget(this.index, this.paths, { ...bounds, statfsIntervalMs }, this.logger);
+    this.budget = new DiskBudget(
+      this.index,
+      this.paths,
+      { ...bounds, statfsIntervalMs },
+      this.logger,
+      (hex) =>
+        // an evicted chunk's kept read handle would keep its blocks in use
+        this.verified.forget(hex),
+    );
   }
 
   /** Creates the directories and starts the index scan in the background (not awaited). */
@@ -376,9 +384,12 @@ export class ChunkCache {
   /** Wait for pending writes and evictions and stop the scan. The cache stays readable. */
   async close(): Promise<void> {
     this.closed = true;
-    await this.flush();
-    await this.scanPromise;
-    this.verified.close();
+    try {
+      await this.flush();
+      await this.scanPromise;
+    } finally {
+      this.verified.close();
+    }
   }
 
   /**
@@ -392,7 +403,7 @@ export class ChunkCache {
       const w = this.writes.get(digestHex(d));
       if (w !== undefined) running.push(w);
     }
-    if (running.length > 0) await Promise.all(running).catch(() => undefined);
+    if (running.length > 0) await Promise.allSettled(running);
   }
 
   /** Wait for pending writes and evictions without closing. */

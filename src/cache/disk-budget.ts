@@ -36,6 +36,8 @@ export class DiskBudget {
     private readonly paths: CachePaths,
     private readonly opts: DiskBudgetOptions,
     private readonly logger: Logger,
+    /** Told of each chunk file about to be unlinked. */
+    private readonly onUnlink: (hex: string) => void = () => undefined,
   ) {}
 
   private overBytes(bytes: number): boolean {
@@ -94,6 +96,7 @@ export class DiskBudget {
 
   unlinkChunk(hex: string): void {
     this.evictions++;
+    this.onUnlink(hex);
     const p: Promise<void> = unlink(this.paths.chunkFile(hex))
       .catch(() => undefined)
       .finally(() => this.unlinks.delete(p));

@@ -85,7 +85,7 @@ export class VerifiedFiles {
    * changed since, or is not `size` bytes long.
    *
    * The stamp is checked AFTER the bytes are read through the (possibly kept) handle: a change
-   * made before or while they were read moved ctime (or, once unlinked, the link count and ctime),
+   * made before or while they were read moved ctime, or left the file unlinked (link count 0),
    * so the bytes are used only if the file was the verified one throughout.
    */
   async readInto(
@@ -113,7 +113,9 @@ export class VerifiedFiles {
         done += bytesRead;
       }
       const st = await fh.stat({ bigint: true });
-      if (stampOf(st) !== want) {
+      // unlinked (evicted, or replaced by a rename) since verified: not the file any more, even if
+      // its ctime did not move within one clock tick
+      if (stampOf(st) !== want || st.nlink === 0n) {
         this.forget(hex);
         return false;
       }

@@ -19,7 +19,6 @@ import { StoreError, asStoreError } from '../util/errors.js';
 import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
 // loaded by buildStore() (build-store.ts), so `--help`, `--version` and the other commands start fast.
-import { warmUpTocPipeline } from '../format/toc-reader.js';
 import { buildStore, type BuiltStore } from './build-store.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
@@ -284,9 +283,15 @@ export async function runServe(
       metricsServer = await startMetricsServer(config.metricsAddress, logger);
     }
     // before the mount exists: the first lookups then meet compiled TOC code (toc-reader.ts)
+    // (an optimisation only: a failure is logged, never fatal; loaded here so one-shot commands
+    // do not load the codecs)
     const warmStart = performance.now();
-    await warmUpTocPipeline();
-    logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up');
+    await (
+      await import('../format/toc-reader.js')
+    )
+      .warmUpTocPipeline()
+      .then(() => logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up'))
+      .catch((err: unknown) => logger.warn({ err }, 'TOC pipeline warm-up failed'));
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 

@@ -281,6 +281,6 @@ describe('an unverified TOC', () => {
 describe('warmUpTocPipeline', () => {
   test('its synthetic TOC passes the real scanner, entry checks and tree (the store runs it before mounting)', async () => {
     // a rejected synthetic TOC would make every store start fail: the pipeline's checks must accept it
-    await expect(warmUpTocPipeline(300, 2)).resolves.toBeUndefined();
+    await expect(warmUpTocPipeline()).resolves.toBeUndefined();
   });
 });
