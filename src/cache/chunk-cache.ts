@@ -392,20 +392,6 @@ export class ChunkCache {
     }
   }
 
-  /**
-   * Resolves when the disk writes of these chunks that are running now have finished (at once when
-   * none is). Read-ahead waits for them before it counts a step done, so the chunks it decoded
-   * ahead of the reader are bounded in memory until they are on disk, not only until decoded.
-   */
-  async written(digests: Iterable<string>): Promise<void> {
-    const running: Array<Promise<void>> = [];
-    for (const d of digests) {
-      const w = this.writes.get(digestHex(d));
-      if (w !== undefined) running.push(w);
-    }
-    if (running.length > 0) await Promise.allSettled(running);
-  }
-
   /** Wait for pending writes and evictions without closing. */
   async flush(): Promise<void> {
     await Promise.all([...this.writes.values()]);

@@ -282,16 +282,14 @@ export async function runServe(
       const { startMetricsServer } = await import('../store/metrics-server.js'); // prom-client
       metricsServer = await startMetricsServer(config.metricsAddress, logger);
     }
-    // before the mount exists: the first lookups then meet compiled TOC code (toc-reader.ts)
-    // (an optimisation only: a failure is logged, never fatal; loaded here so one-shot commands
-    // do not load the codecs)
+    // Before the mount exists, so the first lookups meet compiled TOC code (toc-reader.ts). An
+    // optimisation only: a failure is logged, never fatal. Imported here: one-shot commands load no codecs.
+    const { warmUpTocPipeline } = await import('../format/toc-reader.js');
     const warmStart = performance.now();
-    await (
-      await import('../format/toc-reader.js')
-    )
-      .warmUpTocPipeline()
-      .then(() => logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up'))
-      .catch((err: unknown) => logger.warn({ err }, 'TOC pipeline warm-up failed'));
+    await warmUpTocPipeline().then(
+      () => logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up'),
+      (err: unknown) => logger.warn({ err }, 'TOC pipeline warm-up failed'),
+    );
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);
 

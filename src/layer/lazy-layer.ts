@@ -257,8 +257,6 @@ export class LazyLayer {
       { path: node.path },
       signal === undefined ? { file: node.chunks } : { signal, file: node.chunks },
     );
-    // the step's memory is given back once its chunks are on disk (see ChunkCache.written)
-    await this.cache.written(wanted.map((c) => c.digest));
   }
   // --- end read-ahead hook ---
 

@@ -16,12 +16,29 @@ const digestOf = (b: Buffer): string => 'sha256:' + createHash('sha256').update(
 let root: string;
 const opened: ChunkCache[] = [];
 
-async function openCache(): Promise<ChunkCache> {
+async function openCache(opts: { maxBytes?: number } = {}): Promise<ChunkCache> {
   // memoryBytes 1: nothing is served from memory, every slice comes from the chunk file
-  const c = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 });
+  const c = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1, ...opts });
   await c.whenScanned();
   opened.push(c);
   return c;
+}
+
+/** A random chunk of `size` bytes, put and on disk. */
+async function storedChunk(c: ChunkCache, size: number) {
+  const data = randomBytes(size);
+  const d = digestOf(data);
+  await c.put(d, data);
+  await c.flush();
+  return { data, d, file: c.paths.chunkFile(d.slice('sha256:'.length)) };
+}
+
+const openFds = async (): Promise<number> => (await readdir('/proc/self/fd')).length;
+
+/** Handles close asynchronously: wait through the event loop (not a timer) until at most `n` are open. */
+async function fdsAtMost(n: number): Promise<number> {
+  for (let i = 0; i < 100 && (await openFds()) > n; i++) await new Promise(setImmediate);
+  return await openFds();
 }
 
 async function slice(c: ChunkCache, digest: string, size: number, from: number, to: number) {
@@ -45,10 +62,7 @@ afterEach(async () => {
 describe('ChunkCache.readSlice', () => {
   it('reads the requested bytes of a chunk it wrote, touching nothing around them', async () => {
     const c = await openCache();
-    const data = randomBytes(300_000);
-    const d = digestOf(data);
-    await c.put(d, data);
-    await c.flush();
+    const { data, d } = await storedChunk(c, 300_000);
     expect(c.hasVerified(d)).toBe(true);
     for (const [from, to] of [
       [0, 1],
@@ -66,10 +80,7 @@ describe('ChunkCache.readSlice', () => {
 
   it('refuses a size the chunk does not have (a TOC that disagrees) without forgetting the file', async () => {
     const c = await openCache();
-    const data = randomBytes(200_000);
-    const d = digestOf(data);
-    await c.put(d, data);
-    await c.flush();
+    const { d } = await storedChunk(c, 200_000);
     expect((await slice(c, d, 199_999, 0, 100)).ok).toBe(false);
     expect((await slice(c, d, 200_000, 0, 100)).ok).toBe(true);
   });
@@ -95,10 +106,7 @@ describe('ChunkCache.readSlice', () => {
     ],
   ])('a file changed after it was verified (%s) is hashed again and never served', async (_, damage) => {
     const c = await openCache();
-    const data = randomBytes(256 * 1024);
-    const d = digestOf(data);
-    await c.put(d, data);
-    await c.flush();
+    const { data, d } = await storedChunk(c, 256 * 1024);
     expect((await slice(c, d, data.length, 0, 64)).ok).toBe(true);
     await damage(c.paths.chunkFile(d.slice('sha256:'.length)));
     expect((await slice(c, d, data.length, 0, 64)).ok).toBe(false);
@@ -111,10 +119,7 @@ describe('ChunkCache.readSlice', () => {
 
   it('a small chunk is stamped when written too (no whole-file hash once it left memory)', async () => {
     const c = await openCache();
-    const data = randomBytes(4 * 1024);
-    const d = digestOf(data);
-    await c.put(d, data);
-    await c.flush();
+    const { data, d } = await storedChunk(c, 4 * 1024);
     expect(c.hasVerified(d)).toBe(true);
     const r = await slice(c, d, data.length, 100, 200);
     expect(r.ok).toBe(true);
@@ -139,7 +144,6 @@ describe('ChunkCache.readSlice', () => {
   });
 
   it('keeps a bounded number of files open between slice reads and closes them with the cache', async () => {
-    const openFds = async () => (await readdir('/proc/self/fd')).length;
     const c = await openCache();
     const chunks = Array.from({ length: 40 }, () => randomBytes(200_000));
     for (const data of chunks) await c.put(digestOf(data), data);
@@ -159,20 +163,29 @@ describe('ChunkCache.readSlice', () => {
     expect(during - before).toBeLessThanOrEqual(16);
     await c.close();
     opened.splice(0);
-    // closes are asynchronous: wait for them through the event loop, not a timer
-    for (let i = 0; i < 100 && (await openFds()) > before; i++) await new Promise(setImmediate);
-    expect(await openFds()).toBe(before);
+    expect(await fdsAtMost(before)).toBe(before);
   });
 
-  it('a chunk evicted (unlinked) while its file is kept open is not served from the old file', async () => {
+  it('a chunk evicted while its file is kept open is not served, and its handle is closed', async () => {
+    // room for one 150 kB chunk file: the second put evicts the first
+    const c = await openCache({ maxBytes: 200_000 });
+    const first = await storedChunk(c, 150_000);
+    expect((await slice(c, first.d, 150_000, 0, 64)).ok).toBe(true);
+    const withHandle = await openFds();
+    await storedChunk(c, 150_000);
+    expect(c.stats().evictions).toBe(1);
+    expect(c.hasVerified(first.d)).toBe(false);
+    expect((await slice(c, first.d, 150_000, 0, 64)).ok).toBe(false);
+    // the evicted file's blocks are not held by a kept handle
+    expect(await fdsAtMost(withHandle - 1)).toBe(withHandle - 1);
+  });
+
+  it('a file unlinked behind the cache is not served from a kept handle', async () => {
     const c = await openCache();
-    const data = randomBytes(150_000);
-    const d = digestOf(data);
-    await c.put(d, data);
-    await c.flush();
-    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(true);
-    await rm(c.paths.chunkFile(d.slice('sha256:'.length)));
-    expect((await slice(c, d, data.length, 0, 64)).ok).toBe(false);
+    const { d, file } = await storedChunk(c, 150_000);
+    expect((await slice(c, d, 150_000, 0, 64)).ok).toBe(true);
+    await rm(file);
+    expect((await slice(c, d, 150_000, 0, 64)).ok).toBe(false);
     expect(c.hasVerified(d)).toBe(false);
   });
 });
