@@ -254,13 +254,13 @@ export class LocalBlob {
   }
 
   /**
-   * Resolves at once while at most 2 x checkpointBytes are unsettled, else once everything handed
+   * Resolves at once while at most `settleBytes` are unsettled, else once everything handed
    * over so far is durably recorded. The background fetch waits on it, so a crash loses a bounded
    * number of received bytes and a slow disk (fdatasync under load) slows the fetch instead of
    * piling received bytes up in memory.
    */
   async settle(): Promise<void> {
-    if (this.closed || this.store.disabled || this.unsettledBytes <= 2 * this.store.checkpointBytes) return;
+    if (this.closed || this.store.disabled || this.unsettledBytes <= this.store.settleBytes) return;
     await this.flush();
   }
 

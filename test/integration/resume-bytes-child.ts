@@ -41,7 +41,7 @@ await cache.whenScanned();
 const store = await BlobStore.open({
   root: args.root,
   budget: chunkCacheBudget(cache),
-  // A SIGKILL loses what is not on record: at most 2 x checkpointBytes (LocalBlob.settle holds
+  // A SIGKILL loses what is not on record: at most settleBytes = 2 x checkpointBytes (LocalBlob.settle holds
   // the background pass back) + the units in flight; 256 KiB keeps that near 2 % of this blob.
   checkpointBytes: 256 * 1024,
 });

@@ -533,7 +533,7 @@ describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
 });
 
 describe('BlobStore: settle (bounded bytes a crash can lose)', () => {
-  it('waits while more than 2 x checkpointBytes are not durably recorded, then resolves once they are', async () => {
+  it('waits while more than settleBytes (2 x checkpointBytes) are not durably recorded, then resolves once they are', async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     // fdatasync on a loaded disk: the coverage record waits for it
@@ -569,6 +569,37 @@ describe('BlobStore: settle (bounded bytes a crash can lose)', () => {
       (await fsp.readFile(join(dir(), `${hexOf(digestOf(blob))}.coverage`))).toString('utf8'),
     ) as { intervals: Array<[number, number]> };
     expect(record.intervals).toEqual([[0, 2500]]);
+    await store.close();
+  });
+
+  it('holds the background pass to 8 MiB unrecorded even when checkpoints are 64 MiB apart', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let syncs = 0;
+    const slowSync = handleFs((fh) => ({
+      datasync: async () => {
+        syncs++;
+        await gate;
+        await fh.datasync();
+      },
+    }));
+    // the defaults: a 64 MiB checkpoint, so 9 MiB of writes start no record on their own
+    const store = await BlobStore.open({ root, fs: slowSync, checkpointMs: 1e9 });
+    const size = 16 * 1024 * 1024; // never complete here (a complete blob is recorded at once)
+    const b = await store.openBlob(digestOf(Buffer.alloc(size)), size);
+    await b.write(0, Buffer.alloc(8 * 1024 * 1024));
+    expect(syncs).toBe(0);
+    await b.settle(); // 8 MiB: within the bound
+    await b.write(8 * 1024 * 1024, Buffer.alloc(1024 * 1024));
+    expect(syncs).toBe(0);
+    let settled = false;
+    const s = b.settle().then(() => (settled = true));
+    await new Promise<void>((r) => setImmediate(r));
+    expect(syncs).toBe(1); // settle started the record
+    expect(settled).toBe(false);
+    release();
+    await s;
+    expect(b.unsettledBytes).toBe(0);
     await store.close();
   });
 });
