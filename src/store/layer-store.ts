@@ -239,6 +239,11 @@ export class LayerStore {
   }
 
   /** Names remembered, layers open, use counts held (memory bounds; tests and status). */
+  /** Resolves once the layer records written so far are on disk (they follow the answers). */
+  recordsSaved(): Promise<void> {
+    return this.resolver.recordsSaved();
+  }
+
   counts(): { names: number; layers: number; refcounts: number } {
     return { ...this.resolver.counts(), refcounts: this.refcounts.size };
   }

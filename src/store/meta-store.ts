@@ -28,6 +28,12 @@ export class MetaStore {
   private readonly layersDir: string;
   private readonly tocsDir: string;
   private ready: Promise<void> | undefined;
+  /**
+   * Writes not finished yet, per file. Callers need not wait for a write (the resolver answers
+   * first): a later write of the same file runs after it and a read of it waits for it, so this
+   * process always reads its last write and an older write never lands over a newer one.
+   */
+  private readonly writing = new Map<string, Promise<void>>();
 
   constructor(readonly root: string) {
     const layout = rootLayout(root);
@@ -53,9 +59,11 @@ export class MetaStore {
   }
 
   async getLayer(ref: string, digest: string): Promise<LayerRecord | undefined> {
+    const path = this.recordPath(ref, digest);
+    await this.written(path);
     let text: string;
     try {
-      text = await readFile(this.recordPath(ref, digest), 'utf8');
+      text = await readFile(path, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw new StoreError('E_IO', `cannot read layer record: ${(err as Error).message}`, { ref, digest });
@@ -69,9 +77,8 @@ export class MetaStore {
     }
   }
 
-  async putLayer(r: LayerRecord): Promise<void> {
-    await this.init();
-    await this.atomicWrite(this.recordPath(r.ref, r.digest), JSON.stringify(r, null, 1) + '\n');
+  putLayer(r: LayerRecord): Promise<void> {
+    return this.atomicWrite(this.recordPath(r.ref, r.digest), JSON.stringify(r, null, 1) + '\n');
   }
 
   private tailPath(blobDigest: string): string | undefined {
@@ -83,7 +90,6 @@ export class MetaStore {
   async putTocTail(t: TocTail): Promise<void> {
     const path = this.tailPath(t.blobDigest);
     if (!path || t.bytes.length > MAX_TAIL_BYTES || t.start + t.bytes.length !== t.blobSize) return;
-    await this.init();
     const header = JSON.stringify({
       version: 1,
       blobDigest: t.blobDigest,
@@ -97,6 +103,7 @@ export class MetaStore {
   async getTocTail(blobDigest: string, blobSize: number): Promise<TocTail | undefined> {
     const path = this.tailPath(blobDigest);
     if (!path) return undefined;
+    await this.written(path);
     let raw: Buffer;
     try {
       raw = await readFile(path);
@@ -126,11 +133,32 @@ export class MetaStore {
     }
   }
 
-  private async atomicWrite(path: string, data: string | Buffer): Promise<void> {
-    try {
-      await writeFileAtomic(path, data);
-    } catch (err) {
-      throw new StoreError('E_IO', `cannot write ${path}: ${(err as Error).message}`, { path });
-    }
+  /** Resolves once every write started so far has finished (store shutdown). */
+  async idle(): Promise<void> {
+    while (this.writing.size > 0) await Promise.all([...this.writing.values()].map((p) => p.catch(() => {})));
+  }
+
+  /** Resolves when the writes of `path` started so far have finished (either way). */
+  private async written(path: string): Promise<void> {
+    await this.writing.get(path)?.catch(() => {});
+  }
+
+  private atomicWrite(path: string, data: string | Buffer): Promise<void> {
+    const before = this.written(path);
+    const p = (async () => {
+      await before;
+      try {
+        await this.init();
+        await writeFileAtomic(path, data);
+      } catch (err) {
+        throw new StoreError('E_IO', `cannot write ${path}: ${(err as Error).message}`, { path });
+      }
+    })();
+    this.writing.set(path, p);
+    const done = (): void => {
+      if (this.writing.get(path) === p) this.writing.delete(path);
+    };
+    p.then(done, done);
+    return p;
   }
 }

@@ -187,6 +187,8 @@ describe('store memory bounds over many refs and names', () => {
     expect(store.vfs.deadlineMs('read', p)).toBe(4000);
     expect(store.vfs.deadlineMs('getattr', p)).toBe(4000);
     expect(store.vfs.deadlineMs('getattr', `/${b64(ref)}`)).toBe(500);
+    // the second store below re-opens the layer from the first one's record
+    await store.recordsSaved();
     registry.hangReads = true;
     try {
       // a store built the usual way (chunk cache, no layer factory): its layers get readMs

@@ -23,8 +23,17 @@ const b64 = (s: string) => Buffer.from(s).toString('base64');
 const ctx = (): OpContext => ({ signal: new AbortController().signal });
 const UNCOMPRESSED = 'io.containers.estargz.uncompressed-size';
 
-/** The persisted record of a name, located independently of the store code (sha256 of "ref\ndigest"). */
-async function savedRecord(root: string, ref: string, digest: string): Promise<Record<string, unknown>> {
+/**
+ * The persisted record of a name, located independently of the store code (sha256 of "ref\ndigest"),
+ * once the store's record writes (which follow its answers) have landed.
+ */
+async function savedRecord(
+  s: LayerStore,
+  root: string,
+  ref: string,
+  digest: string,
+): Promise<Record<string, unknown>> {
+  await s.recordsSaved();
   const key = createHash('sha256').update(`${ref}\n${digest}`).digest('hex');
   return JSON.parse(await readFile(join(root, 'metadata', 'layers', `${key}.json`), 'utf8')) as Record<
     string,
@@ -82,7 +91,7 @@ describe('OLD info diff-size', () => {
     const s = open();
     const real = (await decompressBlob(l.blob, true)).length;
     expect((await info(s, ref, l.descriptor.digest))['diff-size']).toBe(real);
-    expect(await savedRecord(root, ref, l.descriptor.digest)).toMatchObject({
+    expect(await savedRecord(s, root, ref, l.descriptor.digest)).toMatchObject({
       diffSize: real,
       diffSizeSource: 'tar-split',
     });
@@ -105,7 +114,7 @@ describe('OLD info diff-size', () => {
     const s = open();
     // still served (the data frames are intact), with the TOC estimate
     expect(typeof (await info(s, ref, bad.descriptor.digest))['diff-size']).toBe('number');
-    expect((await savedRecord(root, ref, bad.descriptor.digest)).diffSizeSource).toBe('toc-estimate');
+    expect((await savedRecord(s, root, ref, bad.descriptor.digest)).diffSizeSource).toBe('toc-estimate');
   });
 
   it('an estimate is replaced in the record by the size the engine measured (served after a restart)', async () => {
@@ -131,7 +140,7 @@ describe('OLD info diff-size', () => {
     const s = open(createLayer);
     const d = l.descriptor.digest;
     const first = await info(s, ref, d);
-    expect((await savedRecord(root, ref, d)).diffSizeSource).toBe('toc-estimate');
+    expect((await savedRecord(s, root, ref, d)).diffSizeSource).toBe('toc-estimate');
     // the engine finished its full pass: it now knows the DiffID stream length
     const measured = first['diff-size'] === 123_456 ? 654_321 : 123_456;
     engine.measured = measured;
@@ -147,7 +156,7 @@ describe('OLD info diff-size', () => {
     // ... the record gets the measured size (written asynchronously), and a restarted store
     // (registry down) serves it
     await vi.waitFor(async () =>
-      expect(await savedRecord(root, ref, d)).toMatchObject({
+      expect(await savedRecord(s, root, ref, d)).toMatchObject({
         diffSize: measured,
         diffSizeSource: 'measured',
       }),
