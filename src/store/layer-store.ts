@@ -238,12 +238,12 @@ export class LayerStore {
     return this.o.credentials.addCredentials(map);
   }
 
-  /** Names remembered, layers open, use counts held (memory bounds; tests and status). */
   /** Resolves once the layer records written so far are on disk (they follow the answers). */
   recordsSaved(): Promise<void> {
     return this.resolver.recordsSaved();
   }
 
+  /** Names remembered, layers open, use counts held (memory bounds; tests and status). */
   counts(): { names: number; layers: number; refcounts: number } {
     return { ...this.resolver.counts(), refcounts: this.refcounts.size };
   }

@@ -307,7 +307,6 @@ export class LayerResolver {
     if (hint !== undefined) spec.tocOffsetHint = hint;
     const handle = await this.pool.handleFor(spec, e, signal);
     const { diffSize, diffSizeSource } = await this.sizes.size(found, handle, signal);
-
     const record: LayerRecord = {
       version: 1,
       ref,
