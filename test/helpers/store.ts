@@ -14,6 +14,7 @@ import type {
   StoreRegistry,
 } from '../../src/store/deps.js';
 import { matchLayer } from '../../src/registry/layer-match.js';
+import type { LayerRecord } from '../../src/store/record.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 import type { Digest } from '../../src/util/digest.js';
 import type { ImageRef } from '../../src/registry/reference.js';
@@ -413,5 +414,34 @@ export function patchLayers(
   return (args) => {
     const l = inner(args);
     return { ...l, read: (...a) => l.read(...a), state: () => l.state(), ...patch(args, l) };
+  };
+}
+
+/** A saved layer record as the resolver writes it (fields other than the arguments are fixed). */
+export function layerRecord(
+  ref: string,
+  digest: string,
+  blobDigest: string,
+  blobSize: number,
+  more: Partial<LayerRecord> = {},
+): LayerRecord {
+  const d = (c: string): string => `sha256:${c.repeat(64)}`;
+  return {
+    version: 1,
+    ref,
+    digest,
+    matchedBy: 'blob',
+    blobDigest,
+    blobSize,
+    mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
+    compression: 'gzip',
+    format: 'estargz',
+    tocDigest: d('e'),
+    tocAnnotation: 'containerd.io/snapshot/stargz/toc.digest',
+    diffId: d('f'),
+    diffSize: 10,
+    diffSizeSource: 'annotation',
+    resolvedAt: new Date(0).toISOString(),
+    ...more,
   };
 }

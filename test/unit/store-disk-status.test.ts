@@ -14,28 +14,12 @@ import type { LayerStatus } from '../../src/store/layer-store.js';
 import type { LayerRecord } from '../../src/store/record.js';
 import { rootLayout } from '../../src/util/root-layout.js';
 import { silentLogger } from '../../src/util/logger.js';
+import { layerRecord } from '../helpers/store.js';
 
 const d = (c: string): string => `sha256:${c.repeat(64)}`;
 
-function record(ref: string, digest: string, blob: string, size: number): LayerRecord {
-  return {
-    version: 1,
-    ref,
-    digest,
-    matchedBy: 'blob',
-    blobDigest: blob,
-    blobSize: size,
-    mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
-    compression: 'gzip',
-    format: 'estargz',
-    tocDigest: d('e'),
-    tocAnnotation: 'containerd.io/snapshot/stargz/toc.digest',
-    diffId: d('f'),
-    diffSize: 10,
-    diffSizeSource: 'annotation',
-    resolvedAt: new Date(0).toISOString(),
-  };
-}
+const record = (ref: string, digest: string, blob: string, size: number): LayerRecord =>
+  layerRecord(ref, digest, blob, size);
 
 describe('status from the root', () => {
   let root: string;

@@ -4,23 +4,13 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MetaStore } from '../../src/store/meta-store.js';
 import type { LayerRecord } from '../../src/store/record.js';
+import { layerRecord } from '../helpers/store.js';
 
-const record = (diffSize: number): LayerRecord => ({
-  version: 1,
-  ref: '127.0.0.1:5000/meta/app:1',
-  digest: `sha256:${'a'.repeat(64)}`,
-  matchedBy: 'blob',
-  blobDigest: `sha256:${'a'.repeat(64)}`,
-  blobSize: 1000,
-  mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
-  compression: 'gzip',
-  tocDigest: `sha256:${'b'.repeat(64)}`,
-  tocAnnotation: 'containerd.io/snapshot/stargz/toc.digest',
-  diffId: `sha256:${'c'.repeat(64)}`,
-  diffSize,
-  diffSizeSource: 'toc-estimate',
-  resolvedAt: new Date(0).toISOString(),
-});
+const record = (diffSize: number): LayerRecord =>
+  layerRecord('127.0.0.1:5000/meta/app:1', `sha256:${'a'.repeat(64)}`, `sha256:${'a'.repeat(64)}`, 1000, {
+    diffSize,
+    diffSizeSource: 'toc-estimate',
+  });
 
 describe('MetaStore: record writes that callers do not wait for', () => {
   let root: string;
