@@ -162,6 +162,12 @@ export class ChunkCache {
     return this.memory.has(hex) || this.index.has(hex) || this.writes.has(hex);
   }
 
+  /** True when the chunk is on disk or being written there (not merely in the memory LRU). */
+  onDisk(digest: string): boolean {
+    const hex = digestHex(digest);
+    return this.index.has(hex) || this.writes.has(hex);
+  }
+
   /** The chunk's bytes, verified, or undefined (absent, evicted, or found corrupt and removed). */
   async get(digest: string): Promise<Buffer | undefined> {
     const hex = digestHex(digest);
@@ -273,12 +279,13 @@ export class ChunkCache {
    * pinned, too big, disk nearly full) it is simply not written to disk. Never throws for I/O.
    * `memory: false` (the background pass: nobody is about to read those chunks) writes to disk
    * only, so a background pass neither holds the LRU's bytes after it nor evicts the chunks
-   * readers use.
+   * readers use. `disk: false` keeps it in memory only: the caller holds its compressed bytes
+   * locally and a pass that persists chunks (the background pass) writes it later.
    */
-  async put(digest: string, data: Buffer, opts: { memory?: boolean } = {}): Promise<void> {
+  async put(digest: string, data: Buffer, opts: { memory?: boolean; disk?: boolean } = {}): Promise<void> {
     const hex = digestHex(digest);
     if (opts.memory !== false) this.memory.set(hex, data);
-    if (this.closed) return;
+    if (this.closed || opts.disk === false) return;
     if (this.index.has(hex)) {
       this.index.touch(hex);
       return;

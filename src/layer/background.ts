@@ -60,7 +60,7 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
   try {
     for (const unit of ctx.units) {
       if (stop.signal.aborted) throw stop.signal.reason;
-      if (hasher === undefined && unit.chunks.every((c) => ctx.cache.has(c.digest))) {
+      if (hasher === undefined && unit.chunks.every((c) => ctx.cache.onDisk(c.digest))) {
         for (const c of unit.chunks) ctx.onVerified(c);
         continue;
       }
@@ -117,8 +117,15 @@ async function decodeUnit(
   let errors = 0;
   const groups = new Map<string, Chunk[]>();
   for (const c of unit.chunks) {
-    if (ctx.cache.has(c.digest)) {
+    if (ctx.cache.onDisk(c.digest)) {
       ctx.onVerified(c);
+      continue;
+    }
+    // decoded by a read and kept in memory only (chunk-loader.ts): written as it is
+    const mem = ctx.cache.getMemory(c.digest);
+    if (mem !== undefined && mem.length === c.size) {
+      ctx.onVerified(c);
+      await ctx.cache.put(c.digest, mem, { memory: false });
       continue;
     }
     if (c.compressedOffset < unit.offset || c.compressedEnd > unit.end) {

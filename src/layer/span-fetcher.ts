@@ -84,6 +84,11 @@ export class SpanFetcher {
     return this.ctx.localBytes !== undefined && this.ctx.onCompressedBytes !== undefined;
   }
 
+  /** Held by the local compressed store (stored or being stored): [offset, end) can be read back. */
+  holdsLocally(offset: number, end: number): boolean {
+    return this.keepsBytes && this.ctx.localBytes?.covered(offset, end - offset) === true;
+  }
+
   /** Held by the local compressed store, or in flight: no need to fetch [offset, end) again. */
   holds(offset: number, end: number): boolean {
     return this.ctx.localBytes?.covered(offset, end - offset) === true || this.covers(offset, end);

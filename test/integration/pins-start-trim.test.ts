@@ -79,6 +79,17 @@ describe('pinned chunks and the cache start-up trim', () => {
     expect(read).toEqual(files.map((f) => ({ sha256: sha256(f), length: f.length })));
   }
 
+  /** Resolves once the store's status shows `image`'s layer verified. */
+  async function layerVerified(sock: string, image: { ref: string; digest: string }): Promise<void> {
+    for (;;) {
+      const resp = await controlRequest(sock, { op: 'status' }, { timeoutMs: 10_000 });
+      const rows = (resp.status as { layers: Array<{ ref: string; digest: string; verified: boolean }> })
+        .layers;
+      if (rows.some((r) => r.ref === image.ref && r.digest === image.digest && r.verified)) return;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+
   /** Every chunk file under the root: hex -> path. */
   async function chunkFiles(root: string): Promise<Map<string, string>> {
     const base = rootLayout(root).chunks;
@@ -168,7 +179,8 @@ describe('pinned chunks and the cache start-up trim', () => {
     const mnt = join(cdir, 'mnt');
     await mkdir(mnt, { recursive: true });
 
-    let cli = await startCli(cdir, root, mnt, '');
+    // no quiet period: the other image's background pass writes its chunks to disk right away
+    let cli = await startCli(cdir, root, mnt, '[background]\nquiet_ms = 0\n');
     let pinnedHexes: string[];
     try {
       await controlRequest(
@@ -180,6 +192,9 @@ describe('pinned chunks and the cache start-up trim', () => {
       expect(done.map((p) => p.state)).toEqual(['pinned']);
       pinnedHexes = [...(await chunkFiles(root)).keys()];
       await expectFilesRead(mnt, other, otherFiles);
+      // chunks read lazily stay in memory (their compressed bytes are kept locally) until the
+      // background pass writes them; it ends with the DiffID check (bounded by the test timeout)
+      await layerVerified(join(cdir, 'store.sock'), other);
     } finally {
       expect(await cli.stop()).toEqual({ code: 0, signal: null });
     }

@@ -396,6 +396,59 @@ describe('LazyLayer fetch engine', () => {
 });
 
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
+  it('chunks read while their compressed bytes are kept locally stay off disk until the background pass writes them', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const local = new MemoryLocalBytes(fx.blob.length);
+    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
+    try {
+      const layer = makeLayer(fx, source, {
+        cache: mem,
+        backgroundFetch: true,
+        expectedDiffID: fx.diffID,
+        local,
+      });
+      const big = fx.nodes.get('big')!;
+      const want = fx.files.get('big')!;
+      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
+      await mem.flush();
+      // in memory, not one chunk file written
+      expect(big.chunks.every((c) => mem.getMemory(c.digest) !== undefined && !mem.onDisk(c.digest))).toBe(
+        true,
+      );
+      expect(mem.stats().writes).toBe(0);
+      // gone from memory: decoded again from the local bytes, nothing fetched again
+      mem.dropMemory();
+      const fetched = layer.state().bytesFetched;
+      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
+      expect(layer.state().bytesFetched).toBe(fetched);
+      expect(local.reads).toBeGreaterThan(0);
+      // the background pass writes every chunk to disk before the layer counts as verified
+      layer.start();
+      await layer.whenBackgroundDone();
+      expect(layer.state()).toMatchObject({ fullyVerified: true, bad: false });
+      await mem.flush();
+      for (const n of fx.nodes.values())
+        for (const c of n.chunks) if (!c.zeros) expect(mem.onDisk(c.digest)).toBe(true);
+      local.expectEachByteOnce(fx.blob.length);
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  });
+
+  it('without a local store, a chunk read is written to the disk cache', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const layer = makeLayer(fx, source);
+    const big = fx.nodes.get('big')!;
+    await layer.read(big, 0, 10);
+    await cache.flush();
+    expect(cache.onDisk(big.chunks[0]!.digest)).toBe(true);
+  });
+
   it('the background pass waits for the local copy to settle: no more than its window ahead', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
     const source = new HeldSource(fx.blob);
