@@ -178,7 +178,9 @@ describe('SIGKILL at injected points, then a normal restart on the same root', (
     if (opts.leftTemp !== undefined) {
       // the kill came between the temp file's write and its rename: the temp is still there
       const left = await readdir(join(root, opts.leftTemp));
-      expect(left.filter((n) => opts.leftTemp === 'cache/tmp' || n.endsWith('.tmp'))).toHaveLength(1);
+      // (at least the one killed there: other writes of the same pass may be half way too)
+      const temps = left.filter((n) => opts.leftTemp === 'cache/tmp' || n.endsWith('.tmp'));
+      expect(temps.length).toBeGreaterThanOrEqual(1);
     }
 
     const again = await startStore(name, root, mnt, LAZY);
