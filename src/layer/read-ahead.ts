@@ -156,6 +156,8 @@ export class FileReadAhead {
   private readonly budget: ReadAheadBudget | undefined;
   private window = 0;
   private runStart = -1;
+  /** End of the chunk the run started in (see onRead). */
+  private runChunkEnd = 0;
   private frontier = -1;
   private issuedEnd = 0;
   private run = new AbortController();
@@ -198,6 +200,10 @@ export class FileReadAhead {
     } else if (end > this.frontier) {
       this.frontier = end;
     }
+    // Nothing is loaded ahead before the reader has consumed the chunk its run started in: that
+    // chunk is fetched whole anyway, and a reader stopping inside it (a 2.6 MiB model header read
+    // at start-up, eStargz chunks of 4 MiB) would otherwise pull the next chunk for nothing.
+    if (this.window === 0 && this.frontier < this.runChunkEnd) return;
     const state = { window: this.window, runBytes: this.frontier - this.runStart };
     // a large read can cross several sizes at once
     for (let i = 0; i <= this.policy.windows.length; i++) {
@@ -244,6 +250,8 @@ export class FileReadAhead {
       this.run = new AbortController();
     }
     this.runStart = offset;
+    const chunkEnd = this.opts.chunkEnd?.(offset);
+    this.runChunkEnd = chunkEnd !== undefined && Number.isSafeInteger(chunkEnd) ? chunkEnd : offset;
     this.frontier = end;
     this.window = 0;
     this.issuedEnd = end;

@@ -143,6 +143,34 @@ describe('FileReadAhead (scheduling, with a manual loader)', () => {
     ra.close();
   });
 
+  it('loads nothing ahead while the reader stays inside the chunk its run started in', async () => {
+    const l = new ManualLoader();
+    // four chunks of 256 KiB (eStargz-like: far larger than the trigger)
+    const chunks = [0, 1, 2, 3].map((k) => ({ fileOffset: k * 256 * KiB, size: 256 * KiB }));
+    const ra = new FileReadAhead(MiB, l.load, { policy, chunkEnd: chunkEndOf(chunks) });
+    // a header read of 160 KiB: past the trigger, but all of it in chunk 0 (fetched whole anyway)
+    for (let off = 0; off < 160 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
+    expect(l.calls).toHaveLength(0);
+    // the reader finishes chunk 0: read-ahead starts from there
+    for (let off = 160 * KiB; off < 256 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
+    expect(l.calls.length).toBeGreaterThan(0);
+    expect(l.calls[0]!.offset).toBe(256 * KiB);
+    // a run starting mid-file (the old run's steps are signalled and settle) waits for the end
+    // of its own first chunk
+    ra.onRead(600 * KiB, 32 * KiB);
+    for (const c of l.calls) c.resolve();
+    await ra.idle();
+    const before = l.calls.length;
+    for (let off = 632 * KiB; off < 736 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
+    expect(l.calls.length).toBe(before);
+    ra.onRead(736 * KiB, 32 * KiB);
+    expect(l.calls.length).toBeGreaterThan(before);
+    expect(l.calls[before]!.offset).toBe(768 * KiB);
+    ra.close();
+    for (const c of l.calls) c.resolve();
+    await ra.idle();
+  });
+
   it('a random access abandons the run: its steps are signalled, the window starts over', async () => {
     const l = new ManualLoader();
     const ra = new FileReadAhead(10 * MiB, l.load, { policy });
