@@ -111,7 +111,10 @@ export interface LayerStat {
   /** Registry bytes and blob GETs of this blob from the start of the pull to the end of the window. */
   startBytes: number;
   startRequests: number;
-  /** Our store's `layer resolved` ms (first lookup to answer); absent when the store does not log it. */
+  /**
+   * Our store's `layer resolved` ms: first lookup to answer (0 for a layer resolved ahead of the
+   * client's lookup); absent when the store does not log it.
+   */
   resolveMs?: number;
   /**
    * --resolve-probe: ms of `stat <mnt>/<base64 ref>/<digest>/diff` from the harness on a fresh

@@ -7,6 +7,7 @@ import { asStoreError, StoreError } from '../util/errors.js';
 import type { RangeReader } from '../util/range-reader.js';
 import { EXTERNAL_TOC_FOOTER_SIZE, findEStargzFooter } from './estargz/footer.js';
 import type { LayerIndex } from './model.js';
+import type { ParseTurns } from './toc.js';
 import { readToc, type TocBytes } from './toc-reader.js';
 import type { UnverifiedToc } from './unverified-toc.js';
 import {
@@ -34,6 +35,8 @@ export interface OpenLayerOptions {
    */
   tailGuessBytes?: number;
   signal?: AbortSignal;
+  /** Whose turn it is to parse the TOC (see ParseTurns). */
+  turns?: ParseTurns;
 }
 
 export const DEFAULT_MAX_TOC_BYTES = 64 * 1024 * 1024;
@@ -125,6 +128,7 @@ export async function readLayerToc(reader: RangeReader, opts: OpenLayerOptions =
     const readOpts: Parameters<typeof readToc>[1] = { maxEntries, maxTocBytes };
     if (opts.expectedTocDigest !== undefined) readOpts.expectedTocDigest = opts.expectedTocDigest;
     if (signal !== undefined) readOpts.signal = signal;
+    if (opts.turns !== undefined) readOpts.turns = opts.turns;
     return await readToc(toc, readOpts);
   } catch (err) {
     if (err instanceof StoreError) throw err;

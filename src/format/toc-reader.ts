@@ -14,7 +14,7 @@ import { sha256Async } from './codec.js';
 import { parseGzipHeader } from './estargz/gzip.js';
 import { checkTocEntry, findTarEntry, HEAD_BYTES, TAR_OVERHEAD } from './estargz/toc-member.js';
 import type { LayerFormat, LayerIndex } from './model.js';
-import { checkTopLevel, parseEntry, Slicer } from './toc.js';
+import { checkTopLevel, parseEntry, Slicer, type ParseTurns } from './toc.js';
 import { TocScanner } from './toc-scan.js';
 import { TreeBuilder } from './toc-tree.js';
 import { UnverifiedToc } from './unverified-toc.js';
@@ -52,12 +52,14 @@ export interface ReadTocOptions {
    */
   expectedTocDigest?: string;
   signal?: AbortSignal;
+  /** Whose turn it is to parse (the store's ordering of concurrent resolutions). */
+  turns?: ParseTurns;
 }
 
 /** Feeds JSON bytes through hash, scanner, entry validation and tree builder. */
 class JsonSink {
   readonly hash: Hash = createHash('sha256');
-  private readonly slicer = new Slicer();
+  private readonly slicer: Slicer;
   private readonly queue: Array<{ raw: unknown[]; first: number }> = [];
   private readonly scanner: TocScanner;
   readonly builder: TreeBuilder;
@@ -70,6 +72,8 @@ class JsonSink {
     dataEnd: number,
     private readonly deferErrors: boolean,
   ) {
+    const turns = opts.turns;
+    this.slicer = new Slicer(undefined, turns === undefined ? undefined : () => turns.pause());
     this.builder = new TreeBuilder({ dataEnd });
     this.scanner = new TocScanner(opts.maxEntries, (raw, first) => this.queue.push({ raw, first }));
   }

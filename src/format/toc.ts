@@ -13,12 +13,27 @@ import { StoreError } from '../util/errors.js';
  */
 export class Slicer {
   private start = performance.now();
-  constructor(private readonly budgetMs = 8) {}
+  constructor(
+    private readonly budgetMs = 8,
+    /** Between slices: a promise to wait on before the next one (ParseTurns.pause). */
+    private readonly pause?: () => Promise<void> | undefined,
+  ) {}
   async tick(): Promise<void> {
     if (performance.now() - this.start < this.budgetMs) return;
     await yieldToLoop();
+    const held = this.pause?.();
+    if (held !== undefined) await held;
     this.start = performance.now();
   }
+}
+
+/**
+ * Orders concurrent TOC parses on the one main thread: the store slows parses nobody waits for
+ * (layers resolved ahead of the client) while a client waits on another resolution.
+ */
+export interface ParseTurns {
+  /** At each slice boundary: a promise to wait on before the next slice, or undefined. */
+  pause(): Promise<void> | undefined;
 }
 
 export const ENTRY_TYPES = ['dir', 'reg', 'symlink', 'hardlink', 'char', 'block', 'fifo', 'chunk'] as const;

@@ -7,6 +7,7 @@ import type { CreateLayerFn, LazyLayerLike, StoreRegistry } from './deps.js';
 import { DiffView } from './diff-view.js';
 import type { InoAllocator } from './ino.js';
 import type { Entry } from './name-table.js';
+import { ParseGate } from './parse-gate.js';
 import type { TocSpec, TocTails } from './toc-tail.js';
 import type { ImageRef } from '../registry/reference.js';
 import type { Digest } from '../util/digest.js';
@@ -47,6 +48,8 @@ interface Slot {
   closed: boolean;
   /** Prefetch + background fetch started (once a client asked for a name of it). */
   started: boolean;
+  /** Names waiting for this blob to open: its TOC parse is demanded if a client waits on one. */
+  openers: Set<Entry>;
 }
 
 export interface LayerPoolOptions {
@@ -67,6 +70,9 @@ export interface LayerPoolOptions {
   onClosed(names: Iterable<Entry>): void;
 }
 
+/** Someone waits for this name: looked up by a client, or resolved ahead and asked for since. */
+const demanded = (e: Entry): boolean => e.eager !== true || e.askedAt !== undefined;
+
 /** Any of the parser's own TOC hashes equals the expected digest: the TOC bytes are the promised ones. */
 function tocMatches(index: LayerIndex, expected: string): boolean {
   return (
@@ -81,6 +87,8 @@ function tocMatches(index: LayerIndex, expected: string): boolean {
  */
 export class LayerPool {
   private readonly slots = new Map<string, Slot>();
+  /** Parses of layers a client waits for go first (resolved-ahead ones pause meanwhile). */
+  private readonly parses = new ParseGate();
   private readonly sweepTimer: NodeJS.Timeout;
   private closed = false;
 
@@ -94,6 +102,11 @@ export class LayerPool {
 
   get size(): number {
     return this.slots.size;
+  }
+
+  /** A client waits on a resolution until `release()`: parses nobody waits for yield to it. */
+  demand(): () => void {
+    return this.parses.demand();
   }
 
   /** Mark a layer as just used (idle sweeping goes by last use). */
@@ -136,11 +149,13 @@ export class LayerPool {
     for (;;) {
       const slot = this.slots.get(spec.blobDigest) ?? this.openSlot(spec, signal);
       slot.waiters++;
+      slot.openers.add(e);
       let h: LayerHandle;
       try {
         h = await slot.promise;
       } finally {
         slot.waiters--;
+        slot.openers.delete(e);
       }
       // closed while we waited: open it again
       if (slot.closed) continue;
@@ -177,6 +192,7 @@ export class LayerPool {
       lastUsed: Date.now(),
       closed: false,
       started: false,
+      openers: new Set(),
       promise: Promise.resolve(undefined as unknown as LayerHandle),
     };
     slot.promise = this.openHandle(spec, slot, signal).then((h) => {
@@ -199,7 +215,13 @@ export class LayerPool {
       (s) => this.o.registry.openBlob(spec.image, spec.blobDigest, spec.blobSize, s),
       { ref, digest: blobDigest },
     );
-    const index = await this.o.tocs.open(spec, blob, signal);
+    const turns = this.parses.turns(
+      () => [...slot.openers].some(demanded),
+      (ms) => {
+        for (const e of slot.openers) e.heldMs = (e.heldMs ?? 0) + ms;
+      },
+    );
+    const index = await this.o.tocs.open(spec, blob, signal, turns);
     const logger = this.o.logger.child({ ref, blob: blobDigest });
     const args = { ref, blobDigest, index, blob, logger };
     const layer = this.o.createLayer(spec.diffId ? { ...args, diffId: spec.diffId } : args);

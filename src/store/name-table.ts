@@ -43,6 +43,10 @@ export interface Entry {
   sizeCheckAt?: number;
   /** Resolved ahead of the client (another layer of its image was looked up first). */
   eager?: boolean;
+  /** A client asked for this eagerly started name before it was resolved (ms timestamp). */
+  askedAt?: number;
+  /** Time its TOC parse was held back for parses clients waited on (store/parse-gate.ts). */
+  heldMs?: number;
 }
 
 export function nameKey(ref: ImageRef | string, digest: string): string {

@@ -147,10 +147,19 @@ export class LayerResolver {
     if (hit) return hit;
     const failed = this.names.activeFailure(e);
     if (failed) throw failed;
+    if (e.inflight !== undefined && e.eager === true && e.askedAt === undefined) {
+      // resolving ahead of the client, which asks for it now: it goes first from here
+      e.askedAt = Date.now();
+      const release = this.pool.demand();
+      e.inflight.then(release, release);
+    }
+    // a client's own resolution (a name resolved ahead before may come back here once closed)
+    if (e.inflight === undefined) e.eager = false;
     const inflight = e.inflight ?? this.start(e);
     // The budget counts from the start of the resolution, not from this call: the kernel serialises
     // concurrent lookups of one name, so each waiter taking a full budget would add up.
-    const remaining = e.startedAt + waitMs - Date.now();
+    // (a resolution started ahead of the client counts from the client's first ask)
+    const remaining = (e.askedAt ?? e.startedAt) + waitMs - Date.now();
     if (remaining <= 0) {
       throw new StoreError('E_DEADLINE', 'layer resolution is taking longer than the lookup budget', {
         ref,
@@ -168,6 +177,10 @@ export class LayerResolver {
     const started = Date.now();
     e.startedAt = started;
     e.failure = undefined;
+    e.askedAt = undefined;
+    e.heldMs = undefined;
+    // a client waits on it (not resolved ahead): other layers' parses yield to it until answered
+    const release = e.eager === true ? undefined : this.pool.demand();
     const inflight = withDeadline(this.o.resolveTimeoutMs, (signal) => this.doResolve(e, signal), {
       context: { ref, digest },
     })
@@ -188,7 +201,7 @@ export class LayerResolver {
               diffSizeSource: r.record.diffSizeSource,
               fromRecord: e.hasRecord === true,
               eager: e.eager === true,
-              ms: Date.now() - started,
+              ...resolvedTimes(e, started),
             },
             'layer resolved: served lazily',
           );
@@ -200,7 +213,11 @@ export class LayerResolver {
           // A name with a saved record resolved before: its failure (registry down, credentials
           // gone after a restart) is transient, and remembering it would keep a running
           // container's layer broken after the cause went away.
-          if (!e.hasRecord) e.failure = { error: nl, until: Date.now() + this.o.negativeTtlMs };
+          // Nor is a resolution started ahead of the client that timed out: its parse may have
+          // waited for the layers the client was pulling (parse-gate.ts); the client's own
+          // lookup tries again.
+          const heldBack = e.eager === true && err instanceof StoreError && err.code === 'E_DEADLINE';
+          if (!e.hasRecord && !heldBack) e.failure = { error: nl, until: Date.now() + this.o.negativeTtlMs };
           e.lastError = nl.reason;
           const fields = {
             ref,
@@ -221,6 +238,7 @@ export class LayerResolver {
         },
       )
       .finally(() => {
+        release?.();
         e.inflight = undefined;
         // the layer this name opened may be idle now: keep the number of open idle layers bounded
         if (e.resolved) this.pool.sweepIdle();
@@ -373,6 +391,20 @@ export class LayerResolver {
     // records still being saved land before the store says it stopped
     await this.recordsSaved();
   }
+}
+
+/**
+ * How long the resolution took, as the client saw it: `ms` from the lookup to the answer. A name
+ * resolved ahead of the client (eager) counts from the client's lookup when it asked during the
+ * resolution, and is 0 when it was resolved before anyone asked (the lookup is then answered at
+ * once); `workMs` is the resolution's own run time and `heldMs` the part of it its TOC parse
+ * waited for parses a client was waiting on (parse-gate.ts).
+ */
+function resolvedTimes(e: Entry, started: number): { ms: number; workMs?: number; heldMs?: number } {
+  const now = Date.now();
+  if (e.eager !== true) return { ms: now - started };
+  const held = e.heldMs !== undefined ? { heldMs: Math.round(e.heldMs) } : {};
+  return { ms: e.askedAt !== undefined ? now - e.askedAt : 0, workMs: now - started, ...held };
 }
 
 function describeFailure(err: unknown): string {

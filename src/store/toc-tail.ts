@@ -1,4 +1,6 @@
 import type { LayerIndex } from '../format/model.js';
+import type { OpenLayerOptions } from '../format/open-layer.js';
+import type { ParseTurns } from '../format/toc.js';
 import { withDeadline } from '../util/abort.js';
 import type { Logger } from '../util/logger.js';
 import { RecordingReader, TailReader, type LazyBlob } from './blob-source.js';
@@ -36,7 +38,7 @@ export class TocTails {
     private readonly logger: Logger,
   ) {}
 
-  async open(spec: TocSpec, blob: LazyBlob, signal: AbortSignal): Promise<LayerIndex> {
+  async open(spec: TocSpec, blob: LazyBlob, signal: AbortSignal, turns?: ParseTurns): Promise<LayerIndex> {
     const ctx = { ref: spec.ref, digest: spec.blobDigest };
     const saved = await this.meta.getTocTail(spec.blobDigest, spec.blobSize).catch((err: unknown) => {
       this.logger.warn({ ...ctx, err }, 'cannot read the saved TOC');
@@ -49,6 +51,7 @@ export class TocTails {
           // the first read takes exactly the saved bytes: nothing before them is needed
           tailGuessBytes: saved.bytes.length,
           signal,
+          ...(turns !== undefined ? { turns } : {}),
         });
         const index = toc.verify(spec.tocDigest);
         // the background pass reads these bytes too: from here, not the registry
@@ -60,10 +63,8 @@ export class TocTails {
       }
     }
     const rec = new RecordingReader(blob);
-    const opts: { expectedTocDigest: string; tocOffsetHint?: number; signal: AbortSignal } = {
-      expectedTocDigest: spec.tocDigest,
-      signal,
-    };
+    const opts: OpenLayerOptions = { expectedTocDigest: spec.tocDigest, signal };
+    if (turns !== undefined) opts.turns = turns;
     if (spec.tocOffsetHint !== undefined) opts.tocOffsetHint = spec.tocOffsetHint;
     // the one TOC digest check: the index exists only if the TOC is the one the image names
     const index = (await this.openLayer(rec, opts)).verify(spec.tocDigest);

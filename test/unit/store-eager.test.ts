@@ -65,16 +65,26 @@ describe('eager resolution of an image’s other layers', () => {
   });
 
   /** A store on a fresh root with counters on the registry, TOC parses, layer starts and eager resolutions. */
-  const open = async (gate?: Promise<void>) => {
+  const open = async (
+    gate?: Promise<void>,
+    extra: {
+      /** Runs before each TOC read (`n`: 0 for the first): may wait, may use the parse turns. */
+      hook?: (n: number, opts: Parameters<OpenLayerFn>[1]) => Promise<void>;
+      resolveTimeoutMs?: number;
+    } = {},
+  ) => {
     const registry = new FakeRegistry();
     const ref = `127.0.0.1:5000/eager/app${stores.length}:latest`;
     registry.set(ref, img);
     const parses = new Counter();
     const eagerResolved = new Counter();
+    const eagerFailed = new Counter();
     const started = new Set<string>();
     const openLayer: OpenLayerFn = async (reader, opts) => {
+      const n = parses.n;
       parses.hit();
       if (gate) await gate;
+      await extra.hook?.(n, opts);
       return await defaultOpenLayer(reader, opts);
     };
     const inner = lazyLayerFactory(cache, { backgroundFetch: false, prefetch: false, deadlineMs: 5000 });
@@ -85,6 +95,7 @@ describe('eager resolution of an image’s other layers', () => {
         write(line: string) {
           const rec = JSON.parse(line) as { msg?: string; eager?: boolean };
           if (rec.eager === true && rec.msg === 'layer resolved: served lazily') eagerResolved.hit();
+          if (rec.eager === true && rec.msg?.startsWith('layer not served lazily')) eagerFailed.hit();
         },
       },
     );
@@ -95,9 +106,10 @@ describe('eager resolution of an image’s other layers', () => {
       createLayer,
       logger,
       deadlines: { lookupMs: 5000, readMs: 5000, syntheticMs: 1000 },
+      ...(extra.resolveTimeoutMs !== undefined ? { resolveTimeoutMs: extra.resolveTimeoutMs } : {}),
     });
     stores.push(store);
-    return { store, registry, ref, parses, eagerResolved, started };
+    return { store, registry, ref, parses, eagerResolved, eagerFailed, started };
   };
 
   const blobName = (i: number) => img.layers[i]!.descriptor.digest;
@@ -150,7 +162,76 @@ describe('eager resolution of an image’s other layers', () => {
     expect(parses.n).toBe(3);
     expect(registry.imageCalls).toBe(1);
   });
+
+  describe('TOC parses of layers resolved ahead yield to the one the client waits for', () => {
+    it('a parse ahead of the client pauses while the client’s resolution runs, and goes on when asked for or done', async () => {
+      let release!: () => void;
+      const clientsParse = new Promise<void>((r) => (release = r));
+      const paused = new Map<number, { settled: boolean; done: Promise<void> }>();
+      const { store, ref, parses } = await open(undefined, {
+        hook: async (n, opts) => {
+          // the client's own TOC read (the first) is held until the test lets it go
+          if (n === 0) return await clientsParse;
+          const w = watch(opts.turns?.pause());
+          paused.set(n, w);
+          await w.done;
+        },
+      });
+      const first = store.vfs.getattr(`/${b64(ref)}/${blobName(0)}/diff`, ctx());
+      await parses.reach(3);
+      await turns();
+      // both parses ahead of the client are held while it waits for its own
+      expect([...paused.values()].map((w) => w.settled)).toEqual([false, false]);
+      // the client asks for layer 1 now: that parse goes on at once, layer 2's still waits
+      const second = store.vfs.getattr(`/${b64(ref)}/${blobName(1)}/diff`, ctx());
+      await paused.get(1)!.done;
+      await second;
+      await turns();
+      expect(paused.get(2)!.settled).toBe(false);
+      release();
+      await first;
+      await paused.get(2)!.done;
+      await store.vfs.getattr(`/${b64(ref)}/${blobName(2)}/diff`, ctx());
+      expect(parses.n).toBe(3);
+    });
+
+    it('a resolution ahead of the client that times out is not remembered as failed: the client’s lookup resolves it', async () => {
+      let hang = true;
+      const { store, ref, parses, eagerFailed } = await open(undefined, {
+        resolveTimeoutMs: 200,
+        // the resolutions ahead (n = 1, 2) never finish their first TOC read
+        hook: async (n, opts) => {
+          // like a read from a registry that never answers: only the resolution's signal ends it
+          if (n > 0 && hang) {
+            await new Promise<void>((_, reject) =>
+              opts.signal?.addEventListener('abort', () => reject(new Error('aborted')), { once: true }),
+            );
+          }
+        },
+      });
+      await store.vfs.getattr(`/${b64(ref)}/${blobName(0)}/diff`, ctx());
+      // both held resolutions fail at their deadline; then the client asks for them
+      await eagerFailed.reach(2);
+      hang = false;
+      for (const i of [1, 2]) {
+        const attr = await store.vfs.getattr(`/${b64(ref)}/${blobName(i)}/diff/l${i}/f`, ctx());
+        expect(attr.size).toBe(`layer ${i}\n`.length);
+      }
+      expect(parses.n).toBe(5);
+    });
+  });
 });
+
+/** A promise with its state visible (tests look without waiting). */
+function watch(p: Promise<void> | undefined): { settled: boolean; done: Promise<void> } {
+  const w = { settled: p === undefined, done: Promise.resolve() };
+  if (p !== undefined) w.done = p.then(() => void (w.settled = true));
+  return w;
+}
+
+const turns = async (n = 5): Promise<void> => {
+  for (let i = 0; i < n; i++) await new Promise<void>((r) => setImmediate(r));
+};
 
 describe('EagerQueue', () => {
   it('runs at most `concurrency` jobs at once, in order, skipping jobs with nothing to do', async () => {

@@ -1,0 +1,78 @@
+/**
+ * The parse gate (store/parse-gate.ts) and its hook in the TOC pipeline (format/toc.ts Slicer):
+ * parses nobody waits for pause at slice boundaries while a client waits on another resolution.
+ * Driven by promises and event-loop turns only.
+ */
+import { describe, expect, it } from 'vitest';
+import { Slicer } from '../../src/format/toc.js';
+import { ParseGate } from '../../src/store/parse-gate.js';
+
+const turns = async (n = 5): Promise<void> => {
+  for (let i = 0; i < n; i++) await new Promise<void>((r) => setImmediate(r));
+};
+
+describe('ParseGate', () => {
+  it('holds a parse nobody waits for while a demand is held, and lets it go when the last one ends', async () => {
+    const gate = new ParseGate();
+    const ahead = gate.turns(() => false);
+    expect(ahead.pause()).toBeUndefined();
+    const a = gate.demand();
+    const b = gate.demand();
+    let resumed = false;
+    const held = ahead.pause()!.then(() => void (resumed = true));
+    await turns();
+    expect(gate.held).toBe(1);
+    a();
+    a(); // releasing twice counts once
+    await turns();
+    expect(resumed).toBe(false);
+    b();
+    await held;
+    expect(gate.demanded).toBe(0);
+  });
+
+  it('never holds a demanded parse, and frees a held one once it becomes demanded', async () => {
+    const gate = new ParseGate();
+    let asked = false;
+    const held: number[] = [];
+    const t = gate.turns(
+      () => asked,
+      (ms) => held.push(ms),
+    );
+    const release = gate.demand();
+    expect(gate.turns(() => true).pause()).toBeUndefined();
+    let resumed = false;
+    const p = t.pause()!.then(() => void (resumed = true));
+    await turns();
+    expect(resumed).toBe(false);
+    // the client asks for this layer: its resolution takes a demand of its own, which wakes it
+    asked = true;
+    const mine = gate.demand();
+    await p;
+    expect(held).toHaveLength(1);
+    expect(t.pause()).toBeUndefined();
+    release();
+    mine();
+  });
+});
+
+describe('Slicer', () => {
+  it('asks the pause hook between slices and waits for it', async () => {
+    let calls = 0;
+    let open!: () => void;
+    const gateOpen = new Promise<void>((r) => (open = r));
+    const slicer = new Slicer(0, () => {
+      calls++;
+      return calls === 1 ? gateOpen : undefined;
+    });
+    let ticked = false;
+    const tick = slicer.tick().then(() => void (ticked = true));
+    await turns();
+    expect(calls).toBe(1);
+    expect(ticked).toBe(false);
+    open();
+    await tick;
+    await slicer.tick();
+    expect(calls).toBe(2);
+  });
+});
