@@ -279,13 +279,14 @@ export class ChunkCache {
    * pinned, too big, disk nearly full) it is simply not written to disk. Never throws for I/O.
    * `memory: false` (the background pass: nobody is about to read those chunks) writes to disk
    * only, so a background pass neither holds the LRU's bytes after it nor evicts the chunks
-   * readers use. `disk: false` keeps it in memory only: the caller holds its compressed bytes
-   * locally and a pass that persists chunks (the background pass) writes it later.
+   * readers use. `disk: false` skips the disk when the memory LRU kept the chunk: the caller holds
+   * its compressed bytes locally and a pass that persists chunks (the background pass) writes it
+   * later. A chunk the LRU does not keep (too large, no budget) is written all the same.
    */
   async put(digest: string, data: Buffer, opts: { memory?: boolean; disk?: boolean } = {}): Promise<void> {
     const hex = digestHex(digest);
-    if (opts.memory !== false) this.memory.set(hex, data);
-    if (this.closed || opts.disk === false) return;
+    const inMemory = opts.memory !== false && this.memory.set(hex, data);
+    if (this.closed || (opts.disk === false && inMemory)) return;
     if (this.index.has(hex)) {
       this.index.touch(hex);
       return;

@@ -33,10 +33,12 @@ export class MemoryLru {
     return this.lru.has(key);
   }
 
-  set(key: string, buf: Buffer): void {
+  /** Keep `buf`; false when it is not kept (larger than a quarter of the budget, or no budget). */
+  set(key: string, buf: Buffer): boolean {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
-    if (buf.length > this.maxBytes / 4) return;
+    if (buf.length > this.maxBytes / 4) return false;
     this.lru.set(key, ownedCopy(buf));
+    return true;
   }
 
   delete(key: string): void {

@@ -28,6 +28,8 @@ export interface LoaderContext {
     signal?: AbortSignal,
   ): Promise<T>;
   onVerified(chunk: Chunk): void;
+  /** Was the chunk verified before (by this layer)? A second decode goes to disk (see deliver). */
+  wasVerified?(chunk: Chunk): boolean;
   /**
    * The layer's data chunks sorted by compressed offset (its plan), once known: an on-demand fetch
    * takes the whole chunks that follow its last missing one along (see `readAroundBytes`).
@@ -383,13 +385,17 @@ export class ChunkLoader {
 
   private deliver(e: Pending, data: Buffer): void {
     const c = e.chunk;
+    // A chunk whose compressed bytes the local store holds stays in memory only the first time it
+    // is decoded: the background pass writes it to disk before those bytes go (layer fully
+    // verified), and until then a miss decodes it from them. A file per chunk on the read path
+    // cost a cold zstd:chunked model read (~7,400 chunks of 54 KiB per 400 MB: create + write +
+    // rename each) about half its speed. A chunk decoded again left the memory LRU before its
+    // readers were done (a 4 MiB chunk serves 32 FUSE reads): it goes to disk, so no chunk is
+    // decoded more than twice.
+    const again = this.ctx.wasVerified?.(c) === true;
+    const disk = again || !this.ctx.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd);
     this.ctx.onVerified(c);
     e.resolve(data);
-    // A chunk whose compressed bytes the local store holds stays in memory only: the background
-    // pass writes it to disk before those bytes go (layer fully verified), and until then a miss
-    // decodes it from them. A file per chunk on the read path cost a cold zstd:chunked model read
-    // (~7,400 chunks of 54 KiB per 400 MB: create + write + rename each) about half its speed.
-    const disk = !this.ctx.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd);
     // Not awaited: the reader gets its bytes now; the cache write finishes on its own.
     this.ctx.cache.put(c.digest, data, { disk }).catch((err: unknown) => {
       this.ctx.logger.warn({ err, digest: c.digest }, 'chunk cache put failed');

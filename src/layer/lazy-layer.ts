@@ -93,6 +93,7 @@ export class LazyLayer {
       runFetch: (priority, fn, signal) =>
         priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
       onVerified: (c) => this.status.markVerified(c),
+      wasVerified: (c) => this.status.verified.has(c.digest),
       neighbours: () => this.planCache?.chunks,
     });
   }

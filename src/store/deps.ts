@@ -4,6 +4,7 @@
  * binds them to the real implementations.
  */
 import type { LayerIndex, TreeNode } from '../format/model.js';
+import type { ParseTurns } from '../format/toc.js';
 import type { UnverifiedToc } from '../format/unverified-toc.js';
 import type { FoundLayer, LayerDescriptor } from '../registry/layer-match.js';
 import type { ImageRef } from '../registry/reference.js';
@@ -46,6 +47,8 @@ export interface OpenLayerOptions {
   /** Bytes of the blob's end the first read takes (see format/open-layer.ts). */
   tailGuessBytes?: number;
   signal?: AbortSignal;
+  /** Whose turn it is to parse (store/parse-gate.ts). */
+  turns?: ParseTurns;
 }
 
 /**

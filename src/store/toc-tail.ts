@@ -1,10 +1,9 @@
 import type { LayerIndex } from '../format/model.js';
-import type { OpenLayerOptions } from '../format/open-layer.js';
 import type { ParseTurns } from '../format/toc.js';
 import { withDeadline } from '../util/abort.js';
 import type { Logger } from '../util/logger.js';
 import { RecordingReader, TailReader, type LazyBlob } from './blob-source.js';
-import type { OpenLayerFn } from './deps.js';
+import type { OpenLayerFn, OpenLayerOptions } from './deps.js';
 import type { MetaStore } from './meta-store.js';
 
 /** The blob's end read for the TOC is kept in memory for later reads up to this size. */

@@ -418,12 +418,15 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
         true,
       );
       expect(mem.stats().writes).toBe(0);
-      // gone from memory: decoded again from the local bytes, nothing fetched again
+      // gone from memory: decoded again from the local bytes, nothing fetched again, and this
+      // time written to disk (a chunk is decoded at most twice)
       mem.dropMemory();
       const fetched = layer.state().bytesFetched;
       expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
       expect(layer.state().bytesFetched).toBe(fetched);
       expect(local.reads).toBeGreaterThan(0);
+      await mem.flush();
+      expect(big.chunks.every((c) => mem.onDisk(c.digest))).toBe(true);
       // the background pass writes every chunk to disk before the layer counts as verified
       layer.start();
       await layer.whenBackgroundDone();
@@ -436,6 +439,18 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
       for (const l of layers.splice(0)) await l.close();
       await mem.close();
     }
+  });
+
+  it('with a local store but no memory LRU, a chunk read is written to the disk cache', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    // the shared test cache has memoryBytes 0: nothing could hold the chunk but the disk
+    const layer = makeLayer(fx, source, { local: new MemoryLocalBytes(fx.blob.length) });
+    const big = fx.nodes.get('big')!;
+    await layer.read(big, 0, 10);
+    await cache.flush();
+    expect(cache.onDisk(big.chunks[0]!.digest)).toBe(true);
   });
 
   it('without a local store, a chunk read is written to the disk cache', async () => {
