@@ -168,6 +168,19 @@ export class ChunkCache {
     return this.index.has(hex) || this.writes.has(hex);
   }
 
+  /**
+   * Write the memory copy of a chunk kept off disk (`put(..., { disk: false })`) to disk, as a
+   * disk-only put would. False when there is no memory copy of `size` bytes (the caller decodes it).
+   * Not counted as a memory hit: nobody read it.
+   */
+  async persist(digest: string, size: number): Promise<boolean> {
+    const hex = digestHex(digest);
+    const mem = this.memory.get(hex);
+    if (mem === undefined || mem.length !== size) return false;
+    await this.put(digest, mem, { memory: false });
+    return true;
+  }
+
   /** The chunk's bytes, verified, or undefined (absent, evicted, or found corrupt and removed). */
   async get(digest: string): Promise<Buffer | undefined> {
     const hex = digestHex(digest);

@@ -122,10 +122,8 @@ async function decodeUnit(
       continue;
     }
     // decoded by a read and kept in memory only (chunk-loader.ts): written as it is
-    const mem = ctx.cache.getMemory(c.digest);
-    if (mem !== undefined && mem.length === c.size) {
+    if (await ctx.cache.persist(c.digest, c.size)) {
       ctx.onVerified(c);
-      await ctx.cache.put(c.digest, mem, { memory: false });
       continue;
     }
     if (c.compressedOffset < unit.offset || c.compressedEnd > unit.end) {

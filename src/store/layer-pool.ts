@@ -6,7 +6,7 @@ import { LazyBlob } from './blob-source.js';
 import type { CreateLayerFn, LazyLayerLike, StoreRegistry } from './deps.js';
 import { DiffView } from './diff-view.js';
 import type { InoAllocator } from './ino.js';
-import type { Entry } from './name-table.js';
+import { isDemanded, type Entry } from './name-table.js';
 import { ParseGate } from './parse-gate.js';
 import type { TocSpec, TocTails } from './toc-tail.js';
 import type { ImageRef } from '../registry/reference.js';
@@ -69,9 +69,6 @@ export interface LayerPoolOptions {
   /** The layer of these names was closed: they no longer resolve to it. */
   onClosed(names: Iterable<Entry>): void;
 }
-
-/** Someone waits for this name: looked up by a client, or resolved ahead and asked for since. */
-const demanded = (e: Entry): boolean => e.eager !== true || e.askedAt !== undefined;
 
 /** Any of the parser's own TOC hashes equals the expected digest: the TOC bytes are the promised ones. */
 function tocMatches(index: LayerIndex, expected: string): boolean {
@@ -216,7 +213,7 @@ export class LayerPool {
       { ref, digest: blobDigest },
     );
     const turns = this.parses.turns(
-      () => [...slot.openers].some(demanded),
+      () => [...slot.openers].some(isDemanded),
       (ms) => {
         for (const e of slot.openers) e.heldMs = (e.heldMs ?? 0) + ms;
       },

@@ -49,6 +49,11 @@ export interface Entry {
   heldMs?: number;
 }
 
+/** Someone waits for this name: looked up by a client, or resolved ahead and asked for since. */
+export function isDemanded(e: Entry): boolean {
+  return e.eager !== true || e.askedAt !== undefined;
+}
+
 export function nameKey(ref: ImageRef | string, digest: string): string {
   return `${String(ref)}\n${digest}`;
 }

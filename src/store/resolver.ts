@@ -10,7 +10,14 @@ import { EagerQueue, KnownImages, siblingNames } from './eager.js';
 import { syntheticIno, type InoAllocator } from './ino.js';
 import { LayerPool, type HandleSpec, type LayerHandle } from './layer-pool.js';
 import type { MetaStore } from './meta-store.js';
-import { NameTable, NotLazyError, nameKey, type Entry, type ResolvedLayer } from './name-table.js';
+import {
+  isDemanded,
+  NameTable,
+  NotLazyError,
+  nameKey,
+  type Entry,
+  type ResolvedLayer,
+} from './name-table.js';
 import { buildInfo, type LayerRecord } from './record.js';
 import { TocTails } from './toc-tail.js';
 
@@ -147,7 +154,7 @@ export class LayerResolver {
     if (hit) return hit;
     const failed = this.names.activeFailure(e);
     if (failed) throw failed;
-    if (e.inflight !== undefined && e.eager === true && e.askedAt === undefined) {
+    if (e.inflight !== undefined && !isDemanded(e)) {
       // resolving ahead of the client, which asks for it now: it goes first from here
       e.askedAt = Date.now();
       const release = this.pool.demand();
@@ -180,7 +187,7 @@ export class LayerResolver {
     e.askedAt = undefined;
     e.heldMs = undefined;
     // a client waits on it (not resolved ahead): other layers' parses yield to it until answered
-    const release = e.eager === true ? undefined : this.pool.demand();
+    const release = isDemanded(e) ? this.pool.demand() : undefined;
     const inflight = withDeadline(this.o.resolveTimeoutMs, (signal) => this.doResolve(e, signal), {
       context: { ref, digest },
     })

@@ -90,6 +90,24 @@ describe('ChunkCache', () => {
     await cache.close();
   });
 
+  it('a put without disk stays in memory only, unless the LRU cannot keep it; persist() writes it later', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
+    const small = randomBytes(10_000);
+    await cache.put(digestOf(small), small, { disk: false });
+    expect(cache.onDisk(digestOf(small))).toBe(false);
+    // larger than a quarter of the LRU: not kept in memory, so written all the same
+    const large = randomBytes(300_000);
+    await cache.put(digestOf(large), large, { disk: false });
+    expect(cache.onDisk(digestOf(large))).toBe(true);
+    const hits = cache.stats().memoryHits;
+    expect(await cache.persist(digestOf(small), small.length)).toBe(true);
+    expect((await readFile(chunkPath(root, digestOf(small)))).equals(small)).toBe(true);
+    // nobody read it: not a memory hit
+    expect(cache.stats().memoryHits).toBe(hits);
+    expect(await cache.persist(digestOf(randomBytes(8)), 8)).toBe(false);
+    await cache.close();
+  });
+
   it('stores an identical chunk once', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(5000);

@@ -441,23 +441,15 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
     }
   });
 
-  it('with a local store but no memory LRU, a chunk read is written to the disk cache', async () => {
-    const fx = buildFixture(mixedSpecs(4096), 'zstd');
-    const source = new HeldSource(fx.blob);
-    source.auto = true;
+  it.each([
     // the shared test cache has memoryBytes 0: nothing could hold the chunk but the disk
-    const layer = makeLayer(fx, source, { local: new MemoryLocalBytes(fx.blob.length) });
-    const big = fx.nodes.get('big')!;
-    await layer.read(big, 0, 10);
-    await cache.flush();
-    expect(cache.onDisk(big.chunks[0]!.digest)).toBe(true);
-  });
-
-  it('without a local store, a chunk read is written to the disk cache', async () => {
+    ['with a local store but no memory LRU', true],
+    ['without a local store', false],
+  ])('%s, a chunk read is written to the disk cache', async (_, withLocal) => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
     const source = new HeldSource(fx.blob);
     source.auto = true;
-    const layer = makeLayer(fx, source);
+    const layer = makeLayer(fx, source, withLocal ? { local: new MemoryLocalBytes(fx.blob.length) } : {});
     const big = fx.nodes.get('big')!;
     await layer.read(big, 0, 10);
     await cache.flush();
