@@ -75,8 +75,18 @@ export interface ParsedToc {
 }
 
 type Kind = 'string' | 'int' | 'object';
-// A Map, not an object literal: keys such as `__proto__` must not hit the prototype.
-const FIELDS = new Map<string, [canonical: keyof TocEntry, kind: Kind]>();
+type Field = readonly [canonical: keyof TocEntry, kind: Kind] | undefined;
+// Maps, not object literals: keys such as `__proto__` must not hit the prototype.
+/** Lower-cased key -> field (Go matches keys case-insensitively). */
+const FIELDS = new Map<string, Field>();
+/**
+ * Exact spellings seen in TOCs -> field, or undefined for keys known to be ignored. Looked up
+ * first: JSON.parse interns keys, so this hit costs no toLowerCase() string per key per entry.
+ */
+const EXACT = new Map<string, Field>([
+  ['accesstime', undefined],
+  ['changetime', undefined],
+]);
 for (const [key, kind] of [
   ['name', 'string'],
   ['type', 'string'],
@@ -101,6 +111,13 @@ for (const [key, kind] of [
   ['chunkType', 'string'],
 ] as const) {
   FIELDS.set(key.toLowerCase(), [key, kind]);
+  EXACT.set(key, [key, kind]);
+}
+
+function fieldOf(key: string): Field {
+  const exact = EXACT.get(key);
+  if (exact !== undefined || EXACT.has(key)) return exact;
+  return FIELDS.get(key.toLowerCase());
 }
 const TYPE_SET: ReadonlySet<string> = new Set(ENTRY_TYPES);
 const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
@@ -142,9 +159,10 @@ export function parseEntry(raw: unknown, index: number): TocEntry {
     chunkType: undefined,
   };
   let hasName = false;
-  // Object.keys keeps JSON order, so with case variants the last one wins, as in Go.
-  for (const key of Object.keys(raw)) {
-    const field = FIELDS.get(key.toLowerCase());
+  // for-in keeps JSON order (no integer-like keys here), so with case variants the last one
+  // wins, as in Go.
+  for (const key in raw) {
+    const field = fieldOf(key);
     const value = (raw as Record<string, unknown>)[key];
     if (field === undefined || value === null) continue;
     const [canonical, kind] = field;
