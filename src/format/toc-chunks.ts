@@ -36,6 +36,9 @@ export interface OpenSpans {
   nodes: TreeNode[];
 }
 
+/** The chunks of every node without content (frozen: shared by all of them). */
+export const NO_CHUNKS: Chunk[] = Object.freeze([]) as unknown as Chunk[];
+
 /** Smallest value in sorted `starts` strictly greater than `offset` (duplicates allowed). */
 export function nextStart(starts: Float64Array, offset: number): number | undefined {
   let lo = 0;
@@ -78,7 +81,7 @@ export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans
   const size = reg.size;
   if (size === 0) {
     if (file.entries.length > 1) throw bad(reg, 'empty file with chunk entries');
-    return [];
+    return NO_CHUNKS; // one shared array: TOCs can hold hundreds of thousands of empty files
   }
   // containers/storage style: endOffset on the reg entry bounds the file's frames
   const cstorage = reg.endOffset !== undefined;

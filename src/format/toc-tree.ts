@@ -4,10 +4,18 @@
  * resolved to their target node, uname/gname back-fill, link counts, prefetch landmarks.
  */
 import { StoreError } from '../util/errors.js';
-import type { Chunk, NodeType, PrefetchHint, TreeNode } from './model.js';
+import type { NodeType, PrefetchHint, TreeNode } from './model.js';
 import { Slicer, type TocEntry } from './toc.js';
 import { cleanEntryName, splitParent } from './toc-names.js';
-import { bad, buildChunks, checkSpan, nextStart, type OpenFile, type OpenSpans } from './toc-chunks.js';
+import {
+  bad,
+  buildChunks,
+  checkSpan,
+  NO_CHUNKS,
+  nextStart,
+  type OpenFile,
+  type OpenSpans,
+} from './toc-chunks.js';
 
 export const PREFETCH_LANDMARK = '.prefetch.landmark';
 export const NO_PREFETCH_LANDMARK = '.no.prefetch.landmark';
@@ -75,7 +83,6 @@ class ReadonlyXattrs extends Map<string, Buffer> {
   }
 }
 export const NO_XATTRS: Map<string, Buffer> = new ReadonlyXattrs();
-const NO_CHUNKS: Chunk[] = Object.freeze([]) as unknown as Chunk[];
 
 function newNode(type: NodeType, path: string, name: string): TreeNode {
   const node: TreeNode = {
