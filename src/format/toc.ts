@@ -19,9 +19,14 @@ export class Slicer {
     private readonly pause?: () => Promise<void> | undefined,
   ) {}
   async tick(): Promise<void> {
-    if (performance.now() - this.start < this.budgetMs) return;
-    await yieldToLoop();
-    const held = this.pause?.();
+    // a parse to hold back stops at once, not at the end of its slice: a slice of an eager
+    // parse is a slice the client's own resolution waits for
+    let held = this.pause?.();
+    if (held === undefined) {
+      if (performance.now() - this.start < this.budgetMs) return;
+      await yieldToLoop();
+      held = this.pause?.();
+    }
     if (held !== undefined) await held;
     this.start = performance.now();
   }
@@ -32,7 +37,7 @@ export class Slicer {
  * (layers resolved ahead of the client) while a client waits on another resolution.
  */
 export interface ParseTurns {
-  /** At each slice boundary: a promise to wait on before the next slice, or undefined. */
+  /** At every tick of the parse: a promise to wait on before it goes on, or undefined. */
   pause(): Promise<void> | undefined;
 }
 

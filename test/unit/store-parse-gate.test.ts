@@ -57,11 +57,12 @@ describe('ParseGate', () => {
 });
 
 describe('Slicer', () => {
-  it('asks the pause hook between slices and waits for it', async () => {
+  it('holds at any tick the hook says so, without waiting for the slice to end', async () => {
     let calls = 0;
     let open!: () => void;
     const gateOpen = new Promise<void>((r) => (open = r));
-    const slicer = new Slicer(0, () => {
+    // a slice that never ends by itself: only the hook can stop it
+    const slicer = new Slicer(Number.POSITIVE_INFINITY, () => {
       calls++;
       return calls === 1 ? gateOpen : undefined;
     });
@@ -72,7 +73,24 @@ describe('Slicer', () => {
     expect(ticked).toBe(false);
     open();
     await tick;
+    // the hook lets it go on and the slice is not over: the next tick returns without a pause
     await slicer.tick();
     expect(calls).toBe(2);
+  });
+
+  it('asks the hook again after the turn it gives the event loop at the end of a slice', async () => {
+    const answers: Array<Promise<void> | undefined> = [undefined];
+    let open!: () => void;
+    answers.push(new Promise<void>((r) => (open = r)));
+    let calls = 0;
+    const slicer = new Slicer(0, () => answers[calls++]);
+    let ticked = false;
+    const tick = slicer.tick().then(() => void (ticked = true));
+    await turns();
+    // asked before the slice ended (go on) and after the event loop's turn (hold)
+    expect(calls).toBe(2);
+    expect(ticked).toBe(false);
+    open();
+    await tick;
   });
 });
