@@ -11,7 +11,9 @@
  * manifest known to an in-memory registry, fresh --root each time): lookup of `info` until its
  * bytes are answered, as the `ms` of the store's `layer resolved` log line.
  *
- * Every case runs in a fresh child process (`--child`) so its peak RSS is its own; synthetic
+ * Every case runs in a fresh child process (`--child`), with the store's V8 options
+ * (bin/node-options), so its peak RSS is its own: `peakRssMB` is the first open's (what opening
+ * one TOC costs the store), `peakAllRoundsMB` that of all rounds (garbage of earlier ones); synthetic
  * layers are cached under $TOC_BENCH_CACHE (default /tmp/stargz-toc-bench). `cpuP50ms` is the
  * process CPU time of one open (zlib thread pool included): on a shared, loaded machine it is
  * the steadier figure, wall time the one users see.
@@ -21,7 +23,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -33,6 +35,7 @@ import type { LayerMatch, StoreRegistry } from '../src/store/deps.js';
 import { estargzFooter } from '../src/format/estargz/footer.js';
 import { skippableFrame, zstdChunkedFooter, zstdCompressor } from '../src/format/writer/zstd-chunked.js';
 import { StoreError } from '../src/util/errors.js';
+import { storeNodeOptions } from './lib/node-options.js';
 import type { RangeReader } from '../src/util/range-reader.js';
 import { parseDigest } from '../src/util/digest.js';
 
@@ -269,6 +272,7 @@ async function child(spec: string, rounds: number): Promise<void> {
   global.gc?.();
   const baseRss = process.memoryUsage.rss();
   let peak = baseRss;
+  let firstPeak = baseRss;
   const sampler = setInterval(() => {
     peak = Math.max(peak, process.memoryUsage.rss());
   }, 10);
@@ -300,6 +304,8 @@ async function child(spec: string, rounds: number): Promise<void> {
     const c = process.cpuUsage(c0);
     cpu.push((c.user + c.system) / 1000);
     peak = Math.max(peak, process.memoryUsage.rss());
+    // what one open costs a fresh process; later rounds add the garbage of the earlier ones
+    if (r === 0) firstPeak = peak;
   }
   clearInterval(sampler);
   clearInterval(lagTimer);
@@ -316,7 +322,8 @@ async function child(spec: string, rounds: number): Promise<void> {
       cpuP50ms: Math.round(cpu[Math.floor(cpu.length / 2)]!),
       maxLoopStallMs: Math.round(maxLag),
       baseRssMB: +mb(baseRss),
-      peakRssMB: +mb(peak),
+      peakRssMB: +mb(firstPeak),
+      peakAllRoundsMB: +mb(peak),
       outcome,
     }) + '\n',
   );
@@ -466,12 +473,14 @@ async function main(): Promise<void> {
   console.log(
     `# TOC open benchmark (commit ${rev}, node ${process.version}, ${args.rounds} rounds per case)`,
   );
+  // each case runs with the store's V8 options (heap sizing decides its peak RSS)
+  const nodeOptions = storeNodeOptions(join(dirname(self), '../..'));
   // build missing layers first (in this process), so the children only read them
   for (const spec of args.specs) loadLayer(spec);
   for (const spec of args.specs) {
     const r = spawnSync(
       process.execPath,
-      ['--expose-gc', self, '--child', spec, '--rounds', String(args.rounds)],
+      [...nodeOptions, '--expose-gc', self, '--child', spec, '--rounds', String(args.rounds)],
       {
         encoding: 'utf8',
         maxBuffer: 1 << 20,
