@@ -92,6 +92,28 @@ async function readBlob(
 }
 
 /** Footer + TOC -> verified index (with expectedTocDigest), the one TOC digest check. */
+/**
+ * Where the first read of a layer's metadata starts (it runs to the blob's end): the footer, or
+ * footer + TOC when a plausible hint is given. The hint is backed off by one skippable-frame
+ * header so zstd:chunked framing is covered too. Exported so a caller can fetch exactly these
+ * bytes ahead of the open (the store does while the image config is still being fetched).
+ */
+export function firstReadStart(
+  blobSize: number,
+  opts: Pick<OpenLayerOptions, 'tailGuessBytes' | 'tocOffsetHint' | 'maxTocBytes'> = {},
+): number {
+  const maxTocBytes = opts.maxTocBytes ?? DEFAULT_MAX_TOC_BYTES;
+  const guess = Math.max(TAIL_BYTES, Math.floor(opts.tailGuessBytes ?? TAIL_GUESS_BYTES));
+  let start = blobSize - Math.min(guess, blobSize);
+  const hint = opts.tocOffsetHint;
+  const footerStart = blobSize - Math.min(TAIL_BYTES, blobSize);
+  if (hint !== undefined && Number.isSafeInteger(hint) && hint >= 0 && hint < footerStart) {
+    const from = Math.max(0, hint - SKIPPABLE_HEADER_SIZE);
+    if (blobSize - from <= maxTocBytes + HINT_SLACK) start = from;
+  }
+  return start;
+}
+
 export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}): Promise<LayerIndex> {
   const toc = await readLayerToc(reader, opts);
   return opts.expectedTocDigest !== undefined ? toc.verify(opts.expectedTocDigest) : toc.trustUnverified();
@@ -108,16 +130,7 @@ export async function readLayerToc(reader: RangeReader, opts: OpenLayerOptions =
     if (!Number.isSafeInteger(blobSize) || blobSize < EXTERNAL_TOC_FOOTER_SIZE) {
       throw new StoreError('E_BAD_FOOTER', `blob of ${blobSize} bytes is too small to be a lazy layer`);
     }
-    // One read for the footer, or footer + TOC when a plausible hint is given. The hint is
-    // backed off by one skippable-frame header so zstd:chunked framing is covered too.
-    const guess = Math.max(TAIL_BYTES, Math.floor(opts.tailGuessBytes ?? TAIL_GUESS_BYTES));
-    let start = blobSize - Math.min(guess, blobSize);
-    const hint = opts.tocOffsetHint;
-    const footerStart = blobSize - Math.min(TAIL_BYTES, blobSize);
-    if (hint !== undefined && Number.isSafeInteger(hint) && hint >= 0 && hint < footerStart) {
-      const from = Math.max(0, hint - SKIPPABLE_HEADER_SIZE);
-      if (blobSize - from <= maxTocBytes + HINT_SLACK) start = from;
-    }
+    const start = firstReadStart(blobSize, opts);
     const tail = await readBlob(reader, start, blobSize - start, signal);
     const cache = new TailCache(reader, start, tail, signal);
     const footerArea = tail.subarray(Math.max(0, tail.length - TAIL_BYTES));

@@ -8,7 +8,7 @@ import type { RegistryClientOptions } from './client-options.js';
 import { CredentialChain } from './credentials.js';
 import { eachEndpoint } from './endpoint-failover.js';
 import { resolveEndpoints, type Endpoint, type HostsConfig } from './hosts.js';
-import { ImageResolver } from './image-resolve.js';
+import { ImageResolver, type OnManifest } from './image-resolve.js';
 import type { FoundLayer, ResolvedImage } from './layer-match.js';
 import { MetadataFetcher } from './metadata-fetch.js';
 import { hostPlatform, parsePlatform, type Platform } from './platform.js';
@@ -172,9 +172,11 @@ export class RegistryClient {
   async findLayer(
     ref: ImageRef,
     digestOrToc: Digest,
-    opts: { signal?: AbortSignal } = {},
+    opts: { signal?: AbortSignal; onManifest?: OnManifest } = {},
   ): Promise<FoundLayer> {
-    return this.withResolveDeadline(opts.signal, (signal) => this.images.findLayer(ref, digestOrToc, signal));
+    return this.withResolveDeadline(opts.signal, (signal) =>
+      this.images.findLayer(ref, digestOrToc, signal, opts.onManifest),
+    );
   }
 
   /**

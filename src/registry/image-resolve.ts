@@ -12,6 +12,9 @@ import { choosePlatform, type Platform } from './platform.js';
 import type { ImageRef } from './reference.js';
 
 const MANIFEST_MEDIA = new Set([MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST]);
+
+/** Sees a platform manifest's layers once the manifest is known, before its config is fetched. */
+export type OnManifest = (layers: readonly Descriptor[]) => void;
 const INDEX_MEDIA = new Set([MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST]);
 const MAX_INDEX_DEPTH = 4;
 
@@ -66,10 +69,17 @@ export class ImageResolver {
     platformHint: Platform | undefined,
     index: ResolvedImage['index'],
     signal: AbortSignal,
+    onManifest?: OnManifest,
   ): Promise<ResolvedImage> {
     if (fm.doc.kind !== 'manifest')
       throw new StoreError('E_MANIFEST', 'expected an image manifest', { digest: fm.digest });
     const manifest = fm.doc;
+    // the caller may start on the layers while the config is fetched (a hook never fails this)
+    try {
+      onManifest?.(manifest.layers);
+    } catch {
+      /* the caller's own business */
+    }
     const { config, bytes: configBytes } = await this.fetch.config(ref, manifest.config, signal);
     const platform: Platform = platformHint ?? {
       os: config.os ?? 'linux',
@@ -98,9 +108,14 @@ export class ImageResolver {
   }
 
   /** One platform's image (the first of `wanted` the index offers). */
-  async resolve(ref: ImageRef, wanted: readonly Platform[], signal: AbortSignal): Promise<ResolvedImage> {
+  async resolve(
+    ref: ImageRef,
+    wanted: readonly Platform[],
+    signal: AbortSignal,
+    onManifest?: OnManifest,
+  ): Promise<ResolvedImage> {
     const top = await this.top(ref, signal);
-    if (top.doc.kind === 'manifest') return this.build(ref, top, undefined, undefined, signal);
+    if (top.doc.kind === 'manifest') return this.build(ref, top, undefined, undefined, signal, onManifest);
     const entries = await this.flattenIndex(ref, top.doc.manifests, signal, 0);
     const chosen = choosePlatform(entries, [...wanted]);
     if (!chosen) {
@@ -122,12 +137,21 @@ export class ImageResolver {
       chosen.platform,
       { digest: top.digest, mediaType: top.doc.mediaType, manifests: entries },
       signal,
+      onManifest,
     );
   }
 
-  /** A layer by blob or TOC digest in any platform manifest, the node's platforms searched first. */
-  async findLayer(ref: ImageRef, digestOrToc: string, signal: AbortSignal): Promise<FoundLayer> {
-    const first = await this.resolve(ref, this.platforms, signal).catch((err: unknown) => {
+  /**
+   * A layer by blob or TOC digest in any platform manifest, the node's platforms searched first.
+   * `onManifest` sees each platform manifest's layers as soon as it is known (before its config).
+   */
+  async findLayer(
+    ref: ImageRef,
+    digestOrToc: string,
+    signal: AbortSignal,
+    onManifest?: OnManifest,
+  ): Promise<FoundLayer> {
+    const first = await this.resolve(ref, this.platforms, signal, onManifest).catch((err: unknown) => {
       if (isStoreError(err, 'E_PLATFORM_NOT_FOUND')) return undefined;
       throw err;
     });
@@ -144,7 +168,7 @@ export class ImageResolver {
         const fm = await this.fetch.manifest(ref, e.digest, signal);
         if (fm.doc.kind !== 'manifest') continue;
         const hit = matchLayer(fm.doc.layers, digestOrToc);
-        if (hit) return { image: await this.build(ref, fm, e.platform, index, signal), ...hit };
+        if (hit) return { image: await this.build(ref, fm, e.platform, index, signal, onManifest), ...hit };
       }
     }
     throw new StoreError(

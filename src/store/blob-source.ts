@@ -28,6 +28,8 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
   /** Bytes [heldStart, size) read when the TOC was opened (footer, TOC, the data before it). */
   private held: Buffer | undefined;
   private heldStart = Infinity;
+  /** A tail read started ahead (prefetchTail), until it lands or fails. */
+  private pending: { offset: number; done: Promise<void> } | undefined;
 
   constructor(
     readonly size: number,
@@ -78,6 +80,32 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
     this.heldStart = offset;
   }
 
+  /**
+   * Start reading the blob's end from `offset` now, before anyone asks for it (the TOC's first
+   * read, while the resolution still waits for the image config): held as the tail when it
+   * arrives, and a read inside it meanwhile waits for it instead of fetching it again. A failed
+   * prefetch is forgotten (the read then fetches by itself).
+   */
+  prefetchTail(offset: number): void {
+    if (this.pending !== undefined || offset >= this.heldStart || offset < 0 || offset >= this.size) return;
+    const p = this.reader()
+      .then((r) => r.read(offset, this.size - offset))
+      .then(
+        (bytes) => this.holdTail(offset, bytes),
+        () => undefined,
+      )
+      .finally(() => {
+        if (this.pending?.done === p) this.pending = undefined;
+      });
+    this.pending = { offset, done: p };
+  }
+
+  /** Reads inside a tail still being prefetched wait for it (raced against their signal). */
+  private async afterPrefetch(offset: number, signal?: AbortSignal): Promise<void> {
+    const pending = this.pending;
+    if (pending !== undefined && offset >= pending.offset) await raceSignal(pending.done, signal, this.ctx);
+  }
+
   /** Forget the held tail (its bytes are fetched again if ever read). */
   dropTail(): void {
     this.held = undefined;
@@ -87,6 +115,7 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
   async read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
+    await this.afterPrefetch(offset, signal);
     if (this.held !== undefined && offset >= this.heldStart) {
       return heldSlice(this.held, this.heldStart, offset, length);
     }
@@ -99,6 +128,7 @@ export class LazyBlob implements RangeReader, BlobRangeSource {
    */
   async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
     for (const r of ranges) checkRange(this.size, r.offset, r.length);
+    if (ranges.length > 0) await this.afterPrefetch(Math.max(...ranges.map((r) => r.offset)), opts.signal);
     // the tail as it is now: dropTail() may run while the registry answers
     const held = this.held;
     const start = opts.bypassCache === true || held === undefined ? Infinity : this.heldStart;

@@ -34,8 +34,16 @@ export interface LayerMatch {
 
 /** What the store asks of the registry (src/registry RegistryClient, adapted in registry-adapter.ts). */
 export interface StoreRegistry {
-  /** Find `digest` (blob or TOC digest) in any platform manifest of `ref`; E_NOT_FOUND when absent. */
-  findLayer(ref: ImageRef, digest: Digest, signal: AbortSignal): Promise<LayerMatch>;
+  /**
+   * Find `digest` (blob or TOC digest) in any platform manifest of `ref`; E_NOT_FOUND when absent.
+   * `onManifest` sees a manifest's layers as soon as it is known, before the image config is.
+   */
+  findLayer(
+    ref: ImageRef,
+    digest: Digest,
+    signal: AbortSignal,
+    onManifest?: (layers: readonly LayerDescriptor[]) => void,
+  ): Promise<LayerMatch>;
   /** Random access to a blob of `ref`'s repository, by digest (never by tag). */
   openBlob(ref: ImageRef, digest: Digest, size: number, signal: AbortSignal): Promise<RangeReader>;
 }

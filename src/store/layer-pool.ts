@@ -2,6 +2,7 @@ import type { LayerIndex } from '../format/model.js';
 import { StoreError } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { RangeReader } from '../util/range-reader.js';
+import { firstReadStart } from '../format/open-layer.js';
 import { LazyBlob } from './blob-source.js';
 import type { CreateLayerFn, LazyLayerLike, StoreRegistry } from './deps.js';
 import { DiffView } from './diff-view.js';
@@ -70,6 +71,9 @@ export interface LayerPoolOptions {
   onClosed(names: Iterable<Entry>): void;
 }
 
+/** A tail read ahead of its resolution is kept this long for it (resolutions take well under). */
+const EARLY_BLOB_MS = 60_000;
+
 /** Any of the parser's own TOC hashes equals the expected digest: the TOC bytes are the promised ones. */
 function tocMatches(index: LayerIndex, expected: string): boolean {
   return (
@@ -84,6 +88,8 @@ function tocMatches(index: LayerIndex, expected: string): boolean {
  */
 export class LayerPool {
   private readonly slots = new Map<string, Slot>();
+  /** Blobs whose TOC read started before their resolution opened them (prefetchTail). */
+  private readonly early = new Map<string, { blob: LazyBlob; ref: string; at: number }>();
   /** Parses of layers a client waits for go first (resolved-ahead ones pause meanwhile). */
   private readonly parses = new ParseGate();
   private readonly sweepTimer: NodeJS.Timeout;
@@ -205,13 +211,36 @@ export class LayerPool {
     return slot;
   }
 
+  /**
+   * The manifest names this blob and its resolution is about to follow: start the TOC's first read
+   * now, while the resolution still fetches the image config (one round trip less per layer on a
+   * slow link). The blob is taken by the resolution's open; one never taken is dropped after
+   * EARLY_BLOB_MS (it held at most one first read).
+   */
+  prefetchTail(image: ImageRef, blobDigest: Digest, blobSize: number, tocOffsetHint?: number): void {
+    if (this.closed || this.slots.has(blobDigest) || this.early.has(blobDigest)) return;
+    const now = Date.now();
+    for (const [digest, early] of this.early) if (now - early.at > EARLY_BLOB_MS) this.early.delete(digest);
+    const blob = this.newBlob(image, blobDigest, blobSize);
+    blob.prefetchTail(firstReadStart(blobSize, tocOffsetHint === undefined ? {} : { tocOffsetHint }));
+    this.early.set(blobDigest, { blob, ref: image.toString(), at: now });
+  }
+
+  private newBlob(image: ImageRef, blobDigest: Digest, blobSize: number): LazyBlob {
+    return new LazyBlob(blobSize, (s) => this.o.registry.openBlob(image, blobDigest, blobSize, s), {
+      ref: image.toString(),
+      digest: blobDigest,
+    });
+  }
+
   private async openHandle(spec: HandleSpec, slot: Slot, signal: AbortSignal): Promise<LayerHandle> {
     const { ref, blobDigest } = spec;
-    const blob = new LazyBlob(
-      spec.blobSize,
-      (s) => this.o.registry.openBlob(spec.image, spec.blobDigest, spec.blobSize, s),
-      { ref, digest: blobDigest },
-    );
+    const early = this.early.get(blobDigest);
+    this.early.delete(blobDigest);
+    const blob =
+      early !== undefined && early.blob.size === spec.blobSize && early.ref === spec.image.toString()
+        ? early.blob
+        : this.newBlob(spec.image, blobDigest, spec.blobSize);
     const turns = this.parses.turns(
       () => [...slot.openers].some(isDemanded),
       (ms) => {
@@ -286,6 +315,7 @@ export class LayerPool {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.early.clear();
     clearInterval(this.sweepTimer);
     const hs = await this.openedHandles();
     await Promise.all(

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdir, readFile } from 'node:fs/promises';
+import { access, mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../util/atomic-file.js';
 import { StoreError } from '../util/errors.js';
@@ -97,6 +97,17 @@ export class MetaStore {
       start: t.start,
     });
     await this.atomicWrite(path, Buffer.concat([Buffer.from(header + '\n'), t.bytes]));
+  }
+
+  /** Is a tail of this blob saved (or being saved)? Cheap: no read of it. */
+  async hasTocTail(blobDigest: string): Promise<boolean> {
+    const path = this.tailPath(blobDigest);
+    if (!path) return false;
+    await this.written(path);
+    return await access(path).then(
+      () => true,
+      () => false,
+    );
   }
 
   /** The saved tail of a blob, or undefined when absent or not self-consistent. */

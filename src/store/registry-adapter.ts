@@ -7,8 +7,8 @@ import type { StoreRegistry } from './deps.js';
  */
 export function storeRegistryFrom(client: RegistryClient): StoreRegistry {
   return {
-    async findLayer(ref, digest, signal) {
-      const f = await client.findLayer(ref, digest, { signal });
+    async findLayer(ref, digest, signal, onManifest) {
+      const f = await client.findLayer(ref, digest, onManifest ? { signal, onManifest } : { signal });
       // a config whose diff_ids do not line up with the layers cannot name any layer's DiffID
       const aligned = f.image.diffIDs.length === f.image.layers.length;
       return {

@@ -1,4 +1,5 @@
 import { ANNOTATION_STARGZ_TOC, tocAnnotation, tocOffsetHint } from '../registry/manifest.js';
+import type { LayerDescriptor } from '../registry/layer-match.js';
 import { parseReference, type ImageRef } from '../registry/reference.js';
 import { isValidDigest, parseDigest, type Digest } from '../util/digest.js';
 import { StoreError, asStoreError } from '../util/errors.js';
@@ -365,13 +366,35 @@ export class LayerResolver {
 
   private async findLayer(ref: ImageRef, digest: Digest, signal: AbortSignal): Promise<LayerMatch> {
     try {
-      return await this.o.registry.findLayer(ref, digest, signal);
+      return await this.o.registry.findLayer(ref, digest, signal, (layers) =>
+        this.readTailsAhead(ref, digest, layers),
+      );
     } catch (err) {
       if (err instanceof StoreError && err.code === 'E_NOT_FOUND') {
         const ctx = { ref: ref.toString(), digest };
         throw new NotLazyError('digest is not a layer (or TOC) digest of the image', ctx, err);
       }
       throw err;
+    }
+  }
+
+  /**
+   * The manifest is known, the config not yet: start the TOC's first read of the looked-up layer
+   * (and of the others, which are resolved ahead next) now, so it overlaps the config fetch
+   * instead of following it. Only layers that can be served lazily, and whose TOC is not saved
+   * under --root already (fetched once).
+   */
+  private readTailsAhead(ref: ImageRef, digest: Digest, layers: readonly LayerDescriptor[]): void {
+    if (this.closed) return;
+    const ahead = (this.o.eagerConcurrency ?? RESOLVER_DEFAULTS.eagerConcurrency) > 0;
+    for (const desc of layers) {
+      const asked = desc.digest === digest || Object.values(desc.annotations).includes(digest);
+      if (!(asked || ahead) || !isSupportedMedia(desc.mediaType) || !tocAnnotation(desc)) continue;
+      const hint = tocOffsetHint(desc);
+      void this.o.meta.hasTocTail(desc.digest).then(
+        (saved) => saved || this.pool.prefetchTail(ref, desc.digest, desc.size, hint),
+        () => undefined,
+      );
     }
   }
 

@@ -13,7 +13,7 @@ import type {
   LazyLayerLike,
   StoreRegistry,
 } from '../../src/store/deps.js';
-import { matchLayer } from '../../src/registry/layer-match.js';
+import { matchLayer, type LayerDescriptor } from '../../src/registry/layer-match.js';
 import type { LayerRecord } from '../../src/store/record.js';
 import type { Descriptor } from '../../src/registry/manifest.js';
 import type { Digest } from '../../src/util/digest.js';
@@ -225,6 +225,10 @@ export class FakeRegistry implements StoreRegistry {
   down = false;
   /** Blob reads (of already opened blobs) never answer until aborted. */
   hangReads = false;
+  /** findLayer waits for this after the manifest (as the image config fetch would). */
+  configGate: Promise<void> | undefined;
+  /** Called with every blob read as it starts. */
+  onRead: ((digest: string, offset: number, length: number) => void) | undefined;
 
   set(ref: string, img: BuiltImage): void {
     this.images_.set(ref, img);
@@ -239,12 +243,19 @@ export class FakeRegistry implements StoreRegistry {
     );
   }
 
-  async findLayer(image: ImageRef | string, digest: string, signal: AbortSignal): Promise<LayerMatch> {
+  async findLayer(
+    image: ImageRef | string,
+    digest: string,
+    signal: AbortSignal,
+    onManifest?: (layers: readonly LayerDescriptor[]) => void,
+  ): Promise<LayerMatch> {
     const ref = String(image);
     this.imageCalls++;
     await this.maybeHang(ref, signal);
     const img = this.images_.get(ref);
     if (!img) throw new StoreError('E_REGISTRY_NOT_FOUND', 'manifest unknown', { ref });
+    onManifest?.(img.layers.map((l) => l.descriptor));
+    if (this.configGate) await this.configGate;
     const hit = matchLayer(
       img.layers.map((l) => l.descriptor),
       digest,
@@ -276,6 +287,7 @@ export class FakeRegistry implements StoreRegistry {
       this.bytesRead += n;
     };
     const state = () => ({ down: this.down, hang: this.hangReads });
+    const onRead = (offset: number, length: number) => this.onRead?.(digest, offset, length);
     return {
       size: b.length,
       async read(offset: number, length: number, sig?: AbortSignal) {
@@ -288,6 +300,7 @@ export class FakeRegistry implements StoreRegistry {
             sig?.addEventListener('abort', () => reject(new StoreError('E_ABORTED', 'aborted')));
           });
         }
+        onRead(offset, length);
         count(length);
         return inner.read(offset, length);
       },

@@ -59,4 +59,63 @@ describe('LazyBlob held tail', () => {
     const [got] = await pending;
     expect(got).toEqual(bytes.subarray(50, 70));
   });
+
+  it('a tail prefetched ahead answers the reads inside it once it lands, and reads meanwhile wait for it', async () => {
+    const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
+    const reads: Array<[number, number]> = [];
+    let answer!: () => void;
+    const gate = new Promise<void>((r) => (answer = r));
+    const blob = new LazyBlob(
+      bytes.length,
+      () =>
+        Promise.resolve({
+          size: bytes.length,
+          read: async (offset: number, length: number) => {
+            reads.push([offset, length]);
+            await gate;
+            return bytes.subarray(offset, offset + length);
+          },
+        }),
+      {},
+    );
+    blob.prefetchTail(40);
+    const during = blob.read(90, 10);
+    const ranges = blob.readRanges([{ offset: 60, length: 5 }], {});
+    answer();
+    expect(await during).toEqual(bytes.subarray(90, 100));
+    expect(await ranges).toEqual([bytes.subarray(60, 65)]);
+    expect(await blob.read(40, 60)).toEqual(bytes.subarray(40, 100));
+    expect(reads).toEqual([[40, 60]]);
+    // before the tail: the registry
+    expect(await blob.read(10, 5)).toEqual(bytes.subarray(10, 15));
+    expect(reads).toEqual([
+      [40, 60],
+      [10, 5],
+    ]);
+  });
+
+  it('a prefetch that fails is forgotten: the read fetches its bytes itself', async () => {
+    const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
+    const reads: Array<[number, number]> = [];
+    const blob = new LazyBlob(
+      bytes.length,
+      () =>
+        Promise.resolve({
+          size: bytes.length,
+          read: (offset: number, length: number) => {
+            reads.push([offset, length]);
+            // the first read (the prefetch) breaks like a reset connection
+            if (reads.length === 1) return Promise.reject(new Error('connection reset'));
+            return Promise.resolve(bytes.subarray(offset, offset + length));
+          },
+        }),
+      {},
+    );
+    blob.prefetchTail(50);
+    expect(await blob.read(80, 10)).toEqual(bytes.subarray(80, 90));
+    expect(reads).toEqual([
+      [50, 50],
+      [80, 10],
+    ]);
+  });
 });

@@ -114,6 +114,9 @@ describe('eager resolution of an image’s other layers', () => {
 
   const blobName = (i: number) => img.layers[i]!.descriptor.digest;
   const tocName = (i: number) => tocAnnotation(img.layers[i]!.descriptor)!.value;
+  /** Which layer a TOC read is for (reads start in whatever order their disk checks finish). */
+  const layerOf = (opts: Parameters<OpenLayerFn>[1]) =>
+    img.layers.findIndex((_, i) => tocName(i) === opts.expectedTocDigest);
 
   it('OLD protocol: after the base layer’s lookup the others resolve without the client, then answer with no registry or TOC work', async () => {
     const { store, registry, ref, parses, eagerResolved, started } = await open();
@@ -148,6 +151,28 @@ describe('eager resolution of an image’s other layers', () => {
     expect(parses.n).toBe(3);
   });
 
+  it('starts every layer’s TOC read while the image config is still being fetched, and reads each blob once', async () => {
+    const { store, registry, ref, eagerResolved } = await open();
+    let releaseConfig!: () => void;
+    registry.configGate = new Promise<void>((r) => (releaseConfig = r));
+    const reads = new Map<string, number>();
+    const allStarted = new Promise<void>((resolve) => {
+      registry.onRead = (digest) => {
+        reads.set(digest, (reads.get(digest) ?? 0) + 1);
+        if (reads.size === 3) resolve();
+      };
+    });
+    const lookup = store.vfs.getattr(`/${b64(ref)}/${blobName(0)}/diff`, ctx());
+    // the first reads of all three blobs are under way with the config still held back
+    await allStarted;
+    releaseConfig();
+    await lookup;
+    await eagerResolved.reach(2);
+    // the TOC opens took their bytes from those reads: no blob was read twice
+    expect([...reads.values()]).toEqual([1, 1, 1]);
+    expect(registry.bytesRead).toBe(img.layers.reduce((n, l) => n + l.blob.length, 0));
+  });
+
   it('a lookup of a layer being resolved ahead joins that resolution (one TOC parse per layer)', async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
@@ -169,11 +194,12 @@ describe('eager resolution of an image’s other layers', () => {
       const clientsParse = new Promise<void>((r) => (release = r));
       const paused = new Map<number, { settled: boolean; done: Promise<void> }>();
       const { store, ref, parses } = await open(undefined, {
-        hook: async (n, opts) => {
-          // the client's own TOC read (the first) is held until the test lets it go
-          if (n === 0) return await clientsParse;
+        hook: async (_n, opts) => {
+          // the client's own TOC read (layer 0's) is held until the test lets it go
+          const layer = layerOf(opts);
+          if (layer === 0) return await clientsParse;
           const w = watch(opts.turns?.pause());
-          paused.set(n, w);
+          paused.set(layer, w);
           await w.done;
         },
       });
@@ -199,10 +225,10 @@ describe('eager resolution of an image’s other layers', () => {
       let hang = true;
       const { store, ref, parses, eagerFailed } = await open(undefined, {
         resolveTimeoutMs: 200,
-        // the resolutions ahead (n = 1, 2) never finish their first TOC read
-        hook: async (n, opts) => {
+        // the resolutions ahead (layers 1, 2) never finish their first TOC read
+        hook: async (_n, opts) => {
           // like a read from a registry that never answers: only the resolution's signal ends it
-          if (n > 0 && hang) {
+          if (layerOf(opts) > 0 && hang) {
             await new Promise<void>((_, reject) =>
               opts.signal?.addEventListener('abort', () => reject(new Error('aborted')), { once: true }),
             );
