@@ -42,7 +42,7 @@ export interface TocBytes {
 }
 
 export interface ReadTocOptions {
-  /** Most entries (chunk entries included): more -> E_TOO_MANY_ENTRIES, before they are parsed. */
+  /** Most entries (chunk entries included): more -> E_TOO_MANY_ENTRIES within one piece of the cap. */
   maxEntries: number;
   /** Largest TOC JSON: more -> E_TOC_TOO_LARGE, before it is decompressed further. */
   maxTocBytes: number;

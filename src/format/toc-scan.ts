@@ -2,8 +2,9 @@
  * Streaming reader of a TOC JSON document (`{"version":1,"entries":[{...},...],...}`), fed in
  * pieces as the TOC is decompressed. It never holds the whole document: the structure around
  * the entries is checked byte by byte, entries are cut at their boundaries and handed out as
- * parsed batches (JSON.parse over a few KB at a time), so memory stays bounded by one batch and
- * the entry count is known -- and capped -- before an entry is ever parsed.
+ * parsed batches (one JSON.parse per pushed piece, see fastCut), so memory stays bounded by one
+ * batch and the entry cap stops the document within one piece of crossing it, before any entry
+ * past the cap is handed out.
  *
  * Top-level keys match case-insensitively (Go's encoding/json). A second `entries` key is
  * refused rather than replacing the first (no writer emits one). Values of other top-level keys
@@ -428,7 +429,7 @@ export class TocScanner {
     };
   }
 
-  /** Entries seen so far (counted before they are parsed). */
+  /** Entries seen so far. */
   get entries(): number {
     return this.count;
   }
