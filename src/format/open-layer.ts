@@ -91,7 +91,6 @@ async function readBlob(
   }
 }
 
-/** Footer + TOC -> verified index (with expectedTocDigest), the one TOC digest check. */
 /**
  * Where the first read of a layer's metadata starts (it runs to the blob's end): the footer, or
  * footer + TOC when a plausible hint is given. The hint is backed off by one skippable-frame
@@ -114,6 +113,7 @@ export function firstReadStart(
   return start;
 }
 
+/** Footer + TOC -> verified index (with expectedTocDigest), the one TOC digest check. */
 export async function openLayer(reader: RangeReader, opts: OpenLayerOptions = {}): Promise<LayerIndex> {
   const toc = await readLayerToc(reader, opts);
   return opts.expectedTocDigest !== undefined ? toc.verify(opts.expectedTocDigest) : toc.trustUnverified();

@@ -12,11 +12,11 @@ import { choosePlatform, type Platform } from './platform.js';
 import type { ImageRef } from './reference.js';
 
 const MANIFEST_MEDIA = new Set([MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST]);
+const INDEX_MEDIA = new Set([MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST]);
+const MAX_INDEX_DEPTH = 4;
 
 /** Sees a platform manifest's layers once the manifest is known, before its config is fetched. */
 export type OnManifest = (layers: readonly Descriptor[]) => void;
-const INDEX_MEDIA = new Set([MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST]);
-const MAX_INDEX_DEPTH = 4;
 
 /**
  * From a reference to images: the top manifest or index, nested indexes flattened, the platform

@@ -9,9 +9,9 @@ import type { ParseTurns } from '../format/toc.js';
  * with each resolved alone).
  *
  * A resolution a client waits for holds a `demand` from its start to its answer. A parse nobody
- * waits for yet pauses at its next tick (every few dozen entries) while any demand is held (its fetch goes on), and
- * goes on when none is, or at once when it becomes demanded itself (the client asks for that
- * layer: `demand()` wakes it). A demand always ends: its resolution is answered, fails or times
+ * waits for yet pauses at its next tick (every few dozen entries) while any demand is held (its
+ * fetch goes on), and goes on when none is, or at once when it becomes demanded itself (the
+ * client asks for that layer: `demand()` wakes it). A demand always ends: its resolution is answered, fails or times
  * out (`[deadlines]`); a resolution held back here that times out is not remembered as failed
  * (resolver.ts), so the client's own lookup of it starts afresh.
  */

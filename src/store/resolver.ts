@@ -1,5 +1,5 @@
 import { ANNOTATION_STARGZ_TOC, tocAnnotation, tocOffsetHint } from '../registry/manifest.js';
-import type { LayerDescriptor } from '../registry/layer-match.js';
+import { matchLayer, type LayerDescriptor } from '../registry/layer-match.js';
 import { parseReference, type ImageRef } from '../registry/reference.js';
 import { isValidDigest, parseDigest, type Digest } from '../util/digest.js';
 import { StoreError, asStoreError } from '../util/errors.js';
@@ -387,9 +387,9 @@ export class LayerResolver {
   private readTailsAhead(ref: ImageRef, digest: Digest, layers: readonly LayerDescriptor[]): void {
     if (this.closed) return;
     const ahead = (this.o.eagerConcurrency ?? RESOLVER_DEFAULTS.eagerConcurrency) > 0;
-    for (const desc of layers) {
-      const asked = desc.digest === digest || Object.values(desc.annotations).includes(digest);
-      if (!(asked || ahead) || !isSupportedMedia(desc.mediaType) || !tocAnnotation(desc)) continue;
+    const asked = matchLayer(layers, digest)?.descriptor;
+    for (const desc of ahead ? layers : asked ? [asked] : []) {
+      if (!isSupportedMedia(desc.mediaType) || !tocAnnotation(desc)) continue;
       const hint = tocOffsetHint(desc);
       void this.o.meta.hasTocTail(desc.digest).then(
         (saved) => saved || this.pool.prefetchTail(ref, desc.digest, desc.size, hint),

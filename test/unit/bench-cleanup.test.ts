@@ -1,12 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { onCleanup, pendingCleanups, runCleanups } from '../../bench/lib/cleanup.js';
-
-/** A promise the test resolves by hand: an undo that is "slow" until the test says otherwise. */
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
+import { gate } from '../helpers/promises.js';
 
 /** Whether `p` is still pending once the event loop has turned (timers and I/O included). */
 async function stillPending(p: Promise<unknown>): Promise<boolean> {

@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { FetchScheduler, Preempted } from '../../src/layer/index.js';
 import { ManualClock } from '../../src/util/clock.js';
-
-/** A promise and its resolver: tests hold tasks at a point and release them, no timers. */
-function gate(): { promise: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const promise = new Promise<void>((r) => (open = r));
-  return { promise, open };
-}
+import { gate } from '../helpers/promises.js';
 
 /** Let every pending promise job and immediate run (event-driven, no duration involved). */
 async function settle(rounds = 20): Promise<void> {
@@ -29,7 +23,7 @@ function gatedTasks(
     submit(async () => {
       running++;
       peak = Math.max(peak, running);
-      await g.promise;
+      await g.wait;
       running--;
     }),
   );
@@ -55,7 +49,7 @@ describe('FetchScheduler', () => {
     const fgGate = gate();
     const fg = s.foreground(async () => {
       events.push('fg-start');
-      await fgGate.promise;
+      await fgGate.wait;
       events.push('fg-end');
     });
     const bg = s.background(async () => {
@@ -104,7 +98,7 @@ describe('FetchScheduler', () => {
       }
       return 'done';
     });
-    await started.promise;
+    await started.wait;
     expect(attempts).toBe(1);
     await s.foreground(async () => undefined);
     // the re-run waits for the quiet period after the on-demand fetch
@@ -121,7 +115,7 @@ describe('FetchScheduler', () => {
     const s = new FetchScheduler({ quietMs: 0 });
     const ac = new AbortController();
     const fgGate = gate();
-    const fg = s.foreground(() => fgGate.promise);
+    const fg = s.foreground(() => fgGate.wait);
     const waiting = s.background(async () => 'never', ac.signal);
     ac.abort(new Error('closed'));
     await expect(waiting).rejects.toThrow('closed');
@@ -136,7 +130,7 @@ describe('FetchScheduler', () => {
       started.open();
       return p;
     }, ac2.signal);
-    await started.promise;
+    await started.wait;
     ac2.abort(new Error('closed too'));
     await expect(running).rejects.toThrow('closed too');
     expect(s.stats()).toMatchObject({ backgroundRunning: 0, foregroundInFlight: 0 });
@@ -148,7 +142,7 @@ describe('FetchScheduler', () => {
     await t.openEach();
     expect(t.peak()).toBe(1);
     const fgGate = gate();
-    const fg = s.foreground(() => fgGate.promise);
+    const fg = s.foreground(() => fgGate.wait);
     let ran = false;
     const blocked = s.backgroundCpu(async () => {
       ran = true;
@@ -167,7 +161,7 @@ describe('FetchScheduler', () => {
     const fgGate = gate();
     const fg = s.foreground(async () => {
       events.push('fg');
-      await fgGate.promise;
+      await fgGate.wait;
     });
     const pf = s.prefetch(async () => {
       events.push('prefetch');
@@ -178,7 +172,7 @@ describe('FetchScheduler', () => {
     await Promise.all([fg, pf]);
     expect(events).toEqual(['fg', 'prefetch']);
     const pfGate = gate();
-    const pf2 = s.prefetch(() => pfGate.promise);
+    const pf2 = s.prefetch(() => pfGate.wait);
     let bgRan = false;
     const bg = s.background(async () => {
       bgRan = true;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LazyBlob } from '../../src/store/blob-source.js';
+import { gate } from '../helpers/promises.js';
 
 const bytes = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
 const answerAt = (offset: number, length: number) => Promise.resolve(bytes.subarray(offset, offset + length));
@@ -23,13 +24,6 @@ function blobOver(read: (offset: number, length: number, n: number) => Promise<B
     {},
   );
   return { blob, reads, opens: () => opens };
-}
-
-/** A promise the test settles itself. */
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
 }
 
 describe('LazyBlob held tail', () => {

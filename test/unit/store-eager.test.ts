@@ -18,6 +18,7 @@ import {
   patchLayers,
   type BuiltImage,
 } from '../helpers/store.js';
+import { turns, watch } from '../helpers/promises.js';
 
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const ctx = (): OpContext => ({ signal: new AbortController().signal });
@@ -247,17 +248,6 @@ describe('eager resolution of an image’s other layers', () => {
     });
   });
 });
-
-/** A promise with its state visible (tests look without waiting). */
-function watch(p: Promise<void> | undefined): { settled: boolean; done: Promise<void> } {
-  const w = { settled: p === undefined, done: Promise.resolve() };
-  if (p !== undefined) w.done = p.then(() => void (w.settled = true));
-  return w;
-}
-
-const turns = async (n = 5): Promise<void> => {
-  for (let i = 0; i < n; i++) await new Promise<void>((r) => setImmediate(r));
-};
 
 describe('EagerQueue', () => {
   it('runs at most `concurrency` jobs at once, in order, skipping jobs with nothing to do', async () => {

@@ -6,10 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { Slicer } from '../../src/format/toc.js';
 import { ParseGate } from '../../src/store/parse-gate.js';
-
-const turns = async (n = 5): Promise<void> => {
-  for (let i = 0; i < n; i++) await new Promise<void>((r) => setImmediate(r));
-};
+import { gate, turns, watch } from '../helpers/promises.js';
 
 describe('ParseGate', () => {
   it('holds a parse nobody waits for while a demand is held, and lets it go when the last one ends', async () => {
@@ -58,39 +55,32 @@ describe('ParseGate', () => {
 
 describe('Slicer', () => {
   it('holds at any tick the hook says so, without waiting for the slice to end', async () => {
+    const hold = gate();
     let calls = 0;
-    let open!: () => void;
-    const gateOpen = new Promise<void>((r) => (open = r));
     // a slice that never ends by itself: only the hook can stop it
-    const slicer = new Slicer(Number.POSITIVE_INFINITY, () => {
-      calls++;
-      return calls === 1 ? gateOpen : undefined;
-    });
-    let ticked = false;
-    const tick = slicer.tick().then(() => void (ticked = true));
+    const slicer = new Slicer(Number.POSITIVE_INFINITY, () => (++calls === 1 ? hold.wait : undefined));
+    const tick = watch(slicer.tick());
     await turns();
     expect(calls).toBe(1);
-    expect(ticked).toBe(false);
-    open();
-    await tick;
+    expect(tick.settled).toBe(false);
+    hold.open();
+    await tick.done;
     // the hook lets it go on and the slice is not over: the next tick returns without a pause
     await slicer.tick();
     expect(calls).toBe(2);
   });
 
   it('asks the hook again after the turn it gives the event loop at the end of a slice', async () => {
-    const answers: Array<Promise<void> | undefined> = [undefined];
-    let open!: () => void;
-    answers.push(new Promise<void>((r) => (open = r)));
+    const hold = gate();
+    const answers = [undefined, hold.wait];
     let calls = 0;
     const slicer = new Slicer(0, () => answers[calls++]);
-    let ticked = false;
-    const tick = slicer.tick().then(() => void (ticked = true));
+    const tick = watch(slicer.tick());
     await turns();
     // asked before the slice ended (go on) and after the event loop's turn (hold)
     expect(calls).toBe(2);
-    expect(ticked).toBe(false);
-    open();
-    await tick;
+    expect(tick.settled).toBe(false);
+    hold.open();
+    await tick.done;
   });
 });
