@@ -22,6 +22,9 @@ export interface LruOptions<V> {
   onRemove?: (v: V) => void;
 }
 
+/** Entry bounds up to this are preallocated by lru-cache (its fastest mode); larger ones grow. */
+const PREALLOCATE_MAX = 10_000;
+
 /** Added to the clock lru-cache sees (durations are unchanged). */
 const CLOCK_OFFSET = 1;
 /**
@@ -35,6 +38,7 @@ export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>>
   private readonly now: () => number;
   /** Size at which the next sweep of expired entries runs (lru-cache only drops them when read). */
   private sweepAt = 64;
+  private readonly countAsSize: boolean;
 
   constructor(opts: LruOptions<V> = {}) {
     this.now = opts.now ?? Date.now;
@@ -43,8 +47,14 @@ export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>>
     if (!bounded(opts.maxEntries) && !bounded(opts.maxSize)) {
       throw new Error('Lru needs maxEntries or maxSize: an unbounded cache is a leak');
     }
+    const maxEntries = bounded(opts.maxEntries) ? Math.max(1, Math.floor(opts.maxEntries)) : undefined;
+    // lru-cache allocates `max` slots up front (~30 B each): a bound of 200,000 remembered files
+    // costs 5.5 MB of an idle store. Large entry bounds are counted as a size instead, which
+    // lru-cache grows on demand.
+    const countAsSize = maxEntries !== undefined && maxEntries > PREALLOCATE_MAX && !bounded(opts.maxSize);
     const options: LRUCache.Options<K, V, unknown> = {
-      ...(bounded(opts.maxEntries) ? { max: Math.max(1, Math.floor(opts.maxEntries)) } : {}),
+      ...(maxEntries !== undefined && !countAsSize ? { max: maxEntries } : {}),
+      ...(countAsSize ? { maxSize: maxEntries, sizeCalculation: () => 1 } : {}),
       ...(bounded(opts.maxSize)
         ? {
             maxSize: Math.max(1, Math.floor(opts.maxSize)),
@@ -58,6 +68,7 @@ export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>>
       ttlResolution: 0,
     } as LRUCache.Options<K, V, unknown>;
     this.c = new LRUCache<K, V>(options);
+    this.countAsSize = countAsSize;
   }
 
   /** Entries held. */
@@ -67,7 +78,7 @@ export class Lru<K extends NonNullable<unknown>, V extends NonNullable<unknown>>
 
   /** Summed `sizeOf` of the entries held (the entry count without `maxSize`). */
   get totalSize(): number {
-    return this.c.maxSize > 0 ? this.c.calculatedSize : this.c.size;
+    return this.c.maxSize > 0 && !this.countAsSize ? this.c.calculatedSize : this.c.size;
   }
 
   /** The value, made the most recent; undefined when absent or expired (an expired entry is removed). */

@@ -30,6 +30,25 @@ describe('Lru', () => {
     expect(m.totalSize).toBe(0);
   });
 
+  it('holds a large entry bound exactly, without allocating it up front', () => {
+    const bound = 50_000;
+    const heapBefore = process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
+    const m = new Lru<number, number>({ maxEntries: bound });
+    // preallocated slots would be ~1.5 MB for this bound; growing on demand costs nothing yet
+    expect(process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers - heapBefore).toBeLessThan(
+      500_000,
+    );
+    for (let i = 0; i < bound; i++) m.set(i, i);
+    expect(m.size).toBe(bound);
+    expect(m.totalSize).toBe(bound);
+    expect(m.get(0)).toBe(0); // 0 is now the most recent; 1 the least
+    m.set(bound, bound);
+    expect(m.size).toBe(bound);
+    expect(m.has(1)).toBe(false);
+    expect(m.has(0)).toBe(true);
+    expect([...m.keys()].slice(0, 2)).toEqual([2, 3]);
+  });
+
   it('expires entries by the injected clock', () => {
     let now = 0;
     const m = new Lru<string, string>({ maxEntries: 8, now: () => now });
