@@ -162,6 +162,29 @@ export class ChunkCache {
     return this.memory.has(hex) || this.index.has(hex) || this.writes.has(hex);
   }
 
+  /**
+   * A reader was served `bytes` of the chunk. Once all of its bytes were served its memory copy
+   * leaves the LRU: the kernel's page cache holds what the reader got (kernel_cache), so the copy
+   * would only take memory from chunks still to be read (a sequential reader otherwise keeps 32 MiB
+   * of chunks it has passed). Only when the chunk can be had again without a fetch, since the copy
+   * may be its only decoded form: `heldElsewhere` (the caller holds its compressed bytes locally),
+   * or on disk (a write still running decides when it ends; a failed write keeps the copy).
+   */
+  consumed(digest: string, bytes: number, heldElsewhere: boolean): void {
+    const hex = digestHex(digest);
+    if (!this.memory.consume(hex, bytes)) return;
+    if (heldElsewhere || this.index.has(hex)) {
+      this.memory.delete(hex);
+      return;
+    }
+    void this.writes.get(hex)?.then(
+      () => {
+        if (this.index.has(hex)) this.memory.delete(hex);
+      },
+      () => undefined,
+    );
+  }
+
   /** True when the chunk is on disk or being written there (not merely in the memory LRU). */
   onDisk(digest: string): boolean {
     const hex = digestHex(digest);

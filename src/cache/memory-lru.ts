@@ -1,14 +1,21 @@
 import { Lru } from '../util/lru.js';
 
+/** A kept buffer and how many of its bytes no reader has taken yet. */
+interface Entry {
+  buf: Buffer;
+  unread: number;
+}
+
 /**
  * In-memory LRU of verified chunk buffers, bounded in bytes: the store's one LRU (util/lru.ts)
- * sized by buffer length, plus the rule that keeps one large entry from flushing all others.
+ * sized by buffer length, plus the rule that keeps one large entry from flushing all others, and
+ * a count of the bytes of each entry no reader has taken yet (`consume`).
  */
 export class MemoryLru {
-  private readonly lru: Lru<string, Buffer>;
+  private readonly lru: Lru<string, Entry>;
 
   constructor(private readonly maxBytes: number) {
-    this.lru = new Lru({ maxSize: maxBytes, sizeOf: (b) => b.length });
+    this.lru = new Lru({ maxSize: maxBytes, sizeOf: (e) => e.buf.length });
   }
 
   /** Bytes held. */
@@ -26,7 +33,7 @@ export class MemoryLru {
   }
 
   get(key: string): Buffer | undefined {
-    return this.lru.get(key);
+    return this.lru.get(key)?.buf;
   }
 
   has(key: string): boolean {
@@ -37,8 +44,20 @@ export class MemoryLru {
   set(key: string, buf: Buffer): boolean {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
     if (buf.length > this.maxBytes / 4) return false;
-    this.lru.set(key, ownedCopy(buf));
+    this.lru.set(key, { buf: ownedCopy(buf), unread: buf.length });
     return true;
+  }
+
+  /**
+   * A reader took `bytes` of the entry; true once it took as many as the entry holds (the caller
+   * then decides whether the entry may go). A range taken twice counts twice: the entry may then
+   * go early, and a later miss costs a decode, never wrong bytes.
+   */
+  consume(key: string, bytes: number): boolean {
+    const e = this.lru.peek(key);
+    if (e === undefined || !(bytes > 0)) return false;
+    e.unread -= bytes;
+    return e.unread <= 0;
   }
 
   delete(key: string): void {

@@ -21,11 +21,15 @@ export interface LoaderContext {
   prefetchMaxGap: number;
   logger: Logger;
   context: ErrorContext;
-  /** Wraps network work at the given priority (the scheduler's tiers). */
+  /**
+   * Wraps fetch + decode work at the given priority (the scheduler's tiers); `local`: every span is
+   * held by the local compressed store, no network needed (on-demand work then preempts nothing).
+   */
   runFetch<T>(
     priority: Exclude<Priority, 'background'>,
     fn: () => Promise<T>,
     signal?: AbortSignal,
+    local?: boolean,
   ): Promise<T>;
   onVerified(chunk: Chunk): void;
   /** Was the chunk verified before (by this layer)? A second decode goes to disk (see deliver). */
@@ -302,7 +306,10 @@ export class ChunkLoader {
     );
     if (missing.length === 0) return;
     try {
-      await this.ctx.runFetch(priority, () => this.fetchAndDecode(missing, priority), opts.signal);
+      const local = missing.every((e) =>
+        this.ctx.fetcher.holdsLocally(e.chunk.compressedOffset, e.chunk.compressedEnd),
+      );
+      await this.ctx.runFetch(priority, () => this.fetchAndDecode(missing, priority), opts.signal, local);
     } catch (err) {
       for (const e of missing) e.reject(err);
     }

@@ -90,8 +90,10 @@ export class LazyLayer {
       prefetchMaxGap: opts.prefetchMaxGap ?? 1024 * 1024,
       logger: this.logger,
       context: this.context,
-      runFetch: (priority, fn, signal) =>
-        priority === 'prefetch' ? this.scheduler.prefetch(fn, signal) : this.scheduler.foreground(fn),
+      runFetch: (priority, fn, signal, local) =>
+        priority === 'prefetch'
+          ? this.scheduler.prefetch(fn, signal)
+          : this.scheduler.foreground(fn, local !== true),
       onVerified: (c) => this.status.markVerified(c),
       wasVerified: (c) => this.status.verified.has(c.digest),
       neighbours: () => this.planCache?.chunks,
@@ -189,7 +191,11 @@ export class LazyLayer {
     if (offset >= end) return Buffer.alloc(0);
     const chunks = chunksForRange(node, offset, end - offset);
     const mem = this.loader.tryMemory(chunks);
-    if (mem !== undefined) return assemble(node, chunks, mem, offset, end, this.context);
+    if (mem !== undefined) {
+      const out = assemble(node, chunks, mem, offset, end, this.context);
+      this.served(chunks, offset, end);
+      return out;
+    }
     const ctx = { ...this.context, path: node.path, offset };
     // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
     // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
@@ -197,6 +203,7 @@ export class LazyLayer {
     const work = readFromCache(this.cache, chunks, offset, end).then(async (hit) => {
       if (hit !== undefined) {
         for (const c of chunks) if (!c.zeros) this.status.markVerified(c);
+        this.served(chunks, offset, end);
         return hit;
       }
       const bufs = await this.loader.load(
@@ -205,7 +212,9 @@ export class LazyLayer {
         { giveUp: gaveUp.signal, file: node.chunks },
       );
       if (this.status.badError !== undefined) throw this.status.badError;
-      return assemble(node, chunks, bufs, offset, end, ctx);
+      const out = assemble(node, chunks, bufs, offset, end, ctx);
+      this.served(chunks, offset, end);
+      return out;
     });
     try {
       return await withDeadline(opts.deadlineMs ?? this.deadlineMs, () => work, {
@@ -218,6 +227,18 @@ export class LazyLayer {
       if (e.code === 'E_DEADLINE' || e.code === 'E_ABORTED') gaveUp.abort(e);
       this.status.lastError = `${e.code}: ${e.message}`;
       throw e;
+    }
+  }
+
+  /**
+   * File bytes [offset, end) went to a reader: each chunk's memory copy is told how much of it was
+   * served (ChunkCache.consumed), and whether its compressed bytes are held locally.
+   */
+  private served(chunks: readonly Chunk[], offset: number, end: number): void {
+    for (const c of chunks) {
+      if (c.zeros || !isSha256Digest(c.digest)) continue;
+      const bytes = Math.min(end, c.fileOffset + c.size) - Math.max(offset, c.fileOffset);
+      this.cache.consumed(c.digest, bytes, this.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd));
     }
   }
 

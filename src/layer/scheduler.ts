@@ -125,11 +125,16 @@ export class FetchScheduler {
     }
   }
 
-  /** Run an on-demand fetch now; running background tasks are preempted. */
-  async foreground<T>(fn: () => Promise<T>): Promise<T> {
+  /**
+   * Run an on-demand fetch now; running background tasks are preempted, unless `preempt` is false:
+   * work that needs no network (chunks decoded from compressed bytes held locally) would only make
+   * them give up requests in flight and ask for those bytes again. Background CPU steps wait for it
+   * either way.
+   */
+  async foreground<T>(fn: () => Promise<T>, preempt = true): Promise<T> {
     this.onDemandCount++;
     try {
-      return await this.claimForeground(fn);
+      return await this.claimForeground(fn, preempt);
     } finally {
       this.onDemandCount--;
       this.wake();
@@ -146,10 +151,10 @@ export class FetchScheduler {
     return await this.claimForeground(fn);
   }
 
-  private async claimForeground<T>(fn: () => Promise<T>): Promise<T> {
+  private async claimForeground<T>(fn: () => Promise<T>, preempt = true): Promise<T> {
     this.foregroundCount++;
     this.everForeground = true;
-    for (const ac of this.running) ac.abort(new Preempted());
+    if (preempt) for (const ac of this.running) ac.abort(new Preempted());
     try {
       return await fn();
     } finally {

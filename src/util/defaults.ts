@@ -12,10 +12,12 @@ export const CACHE_DEFAULTS = {
   maxBytes: 10 * GiB,
   minFreeBytes: 1 * GiB,
   /**
-   * Verified chunks only: the kernel page cache holds file pages. Kept at 32 MiB by measurement
-   * (2026-11-24, large image at scale 0.3, loopback): 8 MiB or none lowered peak RSS by at most
-   * ~35 MB but cut the cold model read 3-4x (chunks read ahead no longer wait in memory: each
-   * 128 KiB FUSE read re-reads and re-hashes a whole chunk file), and none lifts the read-ahead cap.
+   * Verified chunks only: the kernel page cache holds file pages, and a chunk served whole leaves
+   * (ChunkCache.consumed), so the LRU holds chunks read ahead and chunks partly read. Kept at 32 MiB
+   * by measurement (2026-11-25, large image at scale 0.3, loopback, 3 runs, same run): none cut the
+   * cold model read from 132-182 to 112-140 MB/s (eStargz) and from 117-144 to 45-68 (zstd:chunked:
+   * a chunk kept off disk is decoded again for each 128 KiB read) for no start-up RSS gain; 16 MiB
+   * changed neither peak RSS nor read rates beyond noise.
    */
   memoryBytes: 32 * MiB,
 } as const;

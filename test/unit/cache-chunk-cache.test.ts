@@ -56,6 +56,47 @@ afterEach(async () => {
 });
 
 describe('ChunkCache', () => {
+  it('a chunk served whole leaves memory once it can be had again without a fetch', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
+    try {
+      const onDisk = randomBytes(1000);
+      await cache.put(digestOf(onDisk), onDisk);
+      cache.consumed(digestOf(onDisk), 600, false);
+      expect(cache.getMemory(digestOf(onDisk))).toBeDefined(); // 400 bytes not served yet
+      cache.consumed(digestOf(onDisk), 400, false);
+      expect(cache.getMemory(digestOf(onDisk))).toBeUndefined();
+      expect((await cache.get(digestOf(onDisk)))?.equals(onDisk)).toBe(true); // from disk
+
+      // kept off disk (the caller holds its compressed bytes): goes only when the caller says so
+      const local = randomBytes(1000);
+      await cache.put(digestOf(local), local, { disk: false });
+      cache.consumed(digestOf(local), 1000, false);
+      expect(cache.getMemory(digestOf(local))).toBeDefined();
+      await cache.put(digestOf(local), local, { disk: false }); // decoded again: counts anew
+      cache.consumed(digestOf(local), 1000, true);
+      expect(cache.getMemory(digestOf(local))).toBeUndefined();
+      expect(cache.onDisk(digestOf(local))).toBe(false);
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('a chunk the disk refused stays in memory however much of it was served', async () => {
+    // a disk bound smaller than one chunk file: the write is skipped, memory is the only copy
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, maxBytes: 1, memoryBytes: 1 << 20 });
+    try {
+      const data = randomBytes(10_000);
+      const put = cache.put(digestOf(data), data);
+      cache.consumed(digestOf(data), data.length, false); // served while its write runs
+      await put;
+      await cache.flush();
+      expect(cache.stats().writeSkips).toBe(1);
+      expect(cache.getMemory(digestOf(data))?.equals(data)).toBe(true);
+    } finally {
+      await cache.close();
+    }
+  });
+
   it('stores a chunk content-addressed, mode 0600, byte-exact, and serves it back', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(100_000);

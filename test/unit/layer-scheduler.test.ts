@@ -111,6 +111,36 @@ describe('FetchScheduler', () => {
     expect(s.stats().preemptions).toBe(1);
   });
 
+  it('on-demand work that needs no network preempts nothing, yet holds background CPU steps back', async () => {
+    const s = new FetchScheduler({ quietMs: 0 });
+    const started = gate();
+    const bgGate = gate();
+    let aborted = false;
+    const bg = s.background(async (signal) => {
+      signal.addEventListener('abort', () => (aborted = true));
+      started.open();
+      await bgGate.wait;
+      return 'kept';
+    });
+    await started.wait;
+    const fgGate = gate();
+    const fg = s.foreground(() => fgGate.wait, false);
+    let cpuRan = false;
+    const cpu = s.backgroundCpu(async () => {
+      cpuRan = true;
+    });
+    await settle();
+    expect(aborted).toBe(false);
+    expect(cpuRan).toBe(false);
+    fgGate.open();
+    await fg;
+    await cpu;
+    expect(cpuRan).toBe(true);
+    bgGate.open();
+    expect(await bg).toBe('kept');
+    expect(s.stats().preemptions).toBe(0);
+  });
+
   it('a cancelled background task rejects, waiting or running', async () => {
     const s = new FetchScheduler({ quietMs: 0 });
     const ac = new AbortController();
