@@ -265,8 +265,16 @@ export class LazyLayer {
     if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length <= 0) return;
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return;
+    // Skipped too: chunks verified before whose compressed bytes are held locally. Their memory copy
+    // went once a reader had all of their bytes (ChunkCache.consumed), which the kernel keeps;
+    // decoding them again ahead of a reader that already had them is wasted work.
     const wanted = chunksForRange(node, offset, end - offset).filter(
-      (c) => !c.zeros && !(isSha256Digest(c.digest) && this.cache.has(c.digest)),
+      (c) =>
+        !c.zeros &&
+        !(isSha256Digest(c.digest) && this.cache.has(c.digest)) &&
+        !(
+          this.status.verified.has(c.digest) && this.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd)
+        ),
     );
     if (wanted.length === 0) return;
     // On-demand tier: the reader is about to ask for these bytes. An abort (file closed, reader

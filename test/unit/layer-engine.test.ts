@@ -426,6 +426,11 @@ describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', 
         true,
       );
       expect(mem.stats().writes).toBe(0);
+      // read-ahead over chunks a reader already had decodes none of them again
+      const localReads = local.reads;
+      await layer.prefetchRange(big, 0, want.length);
+      expect(local.reads).toBe(localReads);
+      expect(big.chunks.every((c) => mem.getMemory(c.digest) === undefined)).toBe(true);
       // read again: decoded again from the local bytes, nothing fetched again, and this time
       // written to disk (a chunk is decoded at most twice)
       const fetched = layer.state().bytesFetched;
