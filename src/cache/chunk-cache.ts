@@ -63,6 +63,14 @@ export { footprint } from './disk-budget.js';
  *
  * Returned buffers are shared with the in-memory LRU: treat them as read-only.
  */
+/**
+ * Chunks at least this large go to disk once a reader had all of their bytes, before their memory
+ * copy leaves (ChunkCache.consumed). Smaller ones are decoded again from local bytes if ever asked
+ * for again (a 54 KiB zstd:chunked chunk in ~0.2 ms): a file for each of them cost a cold
+ * zstd:chunked read half its speed (see chunk-loader.ts deliver).
+ */
+const DISK_AFTER_READ_MIN = 1024 * 1024;
+
 export class ChunkCache {
   readonly paths: CachePaths;
   private readonly maxEntries: number;
@@ -166,23 +174,35 @@ export class ChunkCache {
    * A reader was served `bytes` of the chunk. Once all of its bytes were served its memory copy
    * leaves the LRU: the kernel's page cache holds what the reader got (kernel_cache), so the copy
    * would only take memory from chunks still to be read (a sequential reader otherwise keeps 32 MiB
-   * of chunks it has passed). Only when the chunk can be had again without a fetch, since the copy
-   * may be its only decoded form: `heldElsewhere` (the caller holds its compressed bytes locally),
-   * or on disk (a write still running decides when it ends; a failed write keeps the copy).
+   * of chunks it has passed). It never leaves as the only copy: it goes once the chunk is on disk,
+   * or at once when `heldElsewhere` (the caller holds its compressed bytes locally) and it is
+   * small. A large one is written to disk first: the kernel does drop single pages of a file read
+   * long ago (a warm re-read of a model shard at 100 Mbit/s asked for a few 4 KiB pages again),
+   * and each such page would otherwise cost decoding and hashing its whole chunk again, where a
+   * chunk file costs a 4 KiB read.
    */
   consumed(digest: string, bytes: number, heldElsewhere: boolean): void {
     const hex = digestHex(digest);
     if (!this.memory.consume(hex, bytes)) return;
-    if (heldElsewhere || this.index.has(hex)) {
+    const dropIfOnDisk = (): void => {
+      if (this.index.has(hex)) this.memory.delete(hex);
+    };
+    if (this.index.has(hex)) {
       this.memory.delete(hex);
       return;
     }
-    void this.writes.get(hex)?.then(
-      () => {
-        if (this.index.has(hex)) this.memory.delete(hex);
-      },
-      () => undefined,
-    );
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) {
+      void writing.then(dropIfOnDisk, () => undefined);
+      return;
+    }
+    const mem = this.memory.peek(hex);
+    if (mem === undefined) return;
+    if (heldElsewhere && mem.length < DISK_AFTER_READ_MIN) {
+      this.memory.delete(hex);
+      return;
+    }
+    void this.put(digest, mem, { memory: false }).then(dropIfOnDisk);
   }
 
   /** True when the chunk is on disk or being written there (not merely in the memory LRU). */

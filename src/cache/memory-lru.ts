@@ -36,6 +36,11 @@ export class MemoryLru {
     return this.lru.get(key)?.buf;
   }
 
+  /** The buffer without touching its recency. */
+  peek(key: string): Buffer | undefined {
+    return this.lru.peek(key)?.buf;
+  }
+
   has(key: string): boolean {
     return this.lru.has(key);
   }

@@ -67,15 +67,43 @@ describe('ChunkCache', () => {
       expect(cache.getMemory(digestOf(onDisk))).toBeUndefined();
       expect((await cache.get(digestOf(onDisk)))?.equals(onDisk)).toBe(true); // from disk
 
-      // kept off disk (the caller holds its compressed bytes): goes only when the caller says so
+      // kept off disk, its compressed bytes held by the caller: a small one goes at once
       const local = randomBytes(1000);
       await cache.put(digestOf(local), local, { disk: false });
-      cache.consumed(digestOf(local), 1000, false);
-      expect(cache.getMemory(digestOf(local))).toBeDefined();
-      await cache.put(digestOf(local), local, { disk: false }); // decoded again: counts anew
       cache.consumed(digestOf(local), 1000, true);
       expect(cache.getMemory(digestOf(local))).toBeUndefined();
       expect(cache.onDisk(digestOf(local))).toBe(false);
+
+      // held nowhere else: written to disk first, and only then gone from memory
+      const only = randomBytes(1000);
+      await cache.put(digestOf(only), only, { disk: false });
+      cache.consumed(digestOf(only), 1000, false);
+      expect(cache.getMemory(digestOf(only))).toBeDefined();
+      await cache.flush();
+      await new Promise<void>((r) => setImmediate(r));
+      expect(cache.onDisk(digestOf(only))).toBe(true);
+      expect(cache.getMemory(digestOf(only))).toBeUndefined();
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('a large chunk served whole is written to disk before its memory copy goes', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 8 << 20 });
+    try {
+      // kept off disk (its compressed bytes are held locally), but a lost page of it would cost a
+      // decode of the whole chunk: written once the reader has it all, then dropped from memory
+      const big = randomBytes(1536 * 1024);
+      await cache.put(digestOf(big), big, { disk: false });
+      expect(cache.onDisk(digestOf(big))).toBe(false);
+      cache.consumed(digestOf(big), big.length, true);
+      await cache.flush();
+      await new Promise<void>((r) => setImmediate(r));
+      expect(cache.onDisk(digestOf(big))).toBe(true);
+      expect(cache.getMemory(digestOf(big))).toBeUndefined();
+      const out = Buffer.alloc(4096);
+      expect(await cache.readSlice(digestOf(big), big.length, { from: 8192, to: 12288 }, out, 0)).toBe(true);
+      expect(out.equals(big.subarray(8192, 12288))).toBe(true);
     } finally {
       await cache.close();
     }
