@@ -4,7 +4,7 @@ import { StoreError } from '../../src/util/errors.js';
 import { onCleanup } from '../lib/cleanup.js';
 import { unmountUnder } from '../lib/mounts.js';
 import { PodmanEnv, type StorageMode } from '../lib/podman.js';
-import { say, sleep, tail } from '../lib/proc.js';
+import { run, say, sleep, tail } from '../lib/proc.js';
 import { blobUsage, summarizeAccess, type Usage } from '../lib/registry-server.js';
 import type { LaunchFlag } from '../lib/store-flags.js';
 import { parseResolutions } from '../lib/store-log.js';
@@ -228,6 +228,10 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
   const name = `${workload.label ?? workload.name}-${path.profile.name}-${mode.id}-${ctx.iteration}`;
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
+  // Start on an idle disk: a full pull before this run leaves ~600 MB being written back, and the
+  // run right after it paid for that (go-s11: our pull phase 0.28-0.37 s after the full pull
+  // against 0.23-0.27 s in runs with no full pull before them; the Go store ran later).
+  await run('sync', []);
   const ref = `${path.refHost}/bench/${workload.name}:${mode.format}`;
   const res: IterationResult = { iteration: ctx.iteration, ok: false };
   let store: RunningStore | undefined;
