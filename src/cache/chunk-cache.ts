@@ -53,6 +53,14 @@ export interface ChunkCacheStats {
 export { footprint } from './disk-budget.js';
 
 /**
+ * Chunks at least this large go to disk once a reader had all of their bytes, before their memory
+ * copy leaves (ChunkCache.consumed). Smaller ones are decoded again from local bytes if ever asked
+ * for again (a 54 KiB zstd:chunked chunk in ~0.2 ms): a file for each of them cost a cold
+ * zstd:chunked read half its speed (see chunk-loader.ts deliver).
+ */
+const DISK_AFTER_READ_MIN = 1024 * 1024;
+
+/**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
  * the file holding exactly the chunk bytes. Identical chunks of different layers/images are stored
  * once and survive restarts. A chunk file is hashed whole (off the main thread) against its name
@@ -63,14 +71,6 @@ export { footprint } from './disk-budget.js';
  *
  * Returned buffers are shared with the in-memory LRU: treat them as read-only.
  */
-/**
- * Chunks at least this large go to disk once a reader had all of their bytes, before their memory
- * copy leaves (ChunkCache.consumed). Smaller ones are decoded again from local bytes if ever asked
- * for again (a 54 KiB zstd:chunked chunk in ~0.2 ms): a file for each of them cost a cold
- * zstd:chunked read half its speed (see chunk-loader.ts deliver).
- */
-const DISK_AFTER_READ_MIN = 1024 * 1024;
-
 export class ChunkCache {
   readonly paths: CachePaths;
   private readonly maxEntries: number;
