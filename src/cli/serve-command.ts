@@ -24,6 +24,7 @@ import { checkMountpointKind, checkMountpointOperand } from './command-guard.js'
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
 import { rootLayout, socketLock } from '../util/root-layout.js';
 import type { MetricsServer } from '../store/metrics-server.js';
+import { settleArrayBufferDetaching } from '../util/detach-protector.js';
 
 /**
  * `stargz-store [--config F] [--log-level L] [--root DIR] [--addr SOCK] <mountpoint>`: the default
@@ -286,9 +287,17 @@ export async function runServe(
     // optimisation only: a failure is logged, never fatal. Imported here: one-shot commands load no codecs.
     const { warmUpTocPipeline } = await import('../format/toc-reader.js');
     const warmStart = performance.now();
+    settleArrayBufferDetaching();
     await warmUpTocPipeline().then(
       () => logger.debug({ ms: Math.round(performance.now() - warmStart) }, 'TOC pipeline warmed up'),
       (err: unknown) => logger.warn({ err }, 'TOC pipeline warm-up failed'),
+    );
+    // the rest of a first lookup (registry client, resolver, layer engine) likewise
+    const { rehearseFirstLookups } = await import('../store/rehearsal.js');
+    await rehearseFirstLookups({ root: rootLayout(config.root).rehearsal }).then(
+      ({ ms }) => logger.debug({ ms: Math.round(ms) }, 'first lookups rehearsed'),
+      (err: unknown) =>
+        logger.warn({ err }, 'first-lookup rehearsal failed (the first lookups may be slower)'),
     );
     mounted = await built.mount(config.mountpoint);
     if (stop.signal.aborted) return await finish(cleanup, logger, stopSignal);

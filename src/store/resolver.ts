@@ -388,14 +388,16 @@ export class LayerResolver {
     if (this.closed) return;
     const ahead = (this.o.eagerConcurrency ?? RESOLVER_DEFAULTS.eagerConcurrency) > 0;
     const asked = matchLayer(layers, digest)?.descriptor;
-    for (const desc of ahead ? layers : asked ? [asked] : []) {
-      if (!isSupportedMedia(desc.mediaType) || !tocAnnotation(desc)) continue;
-      const hint = tocOffsetHint(desc);
-      void this.o.meta.hasTocTail(desc.digest).then(
-        (saved) => saved || this.pool.prefetchTail(ref, desc.digest, desc.size, hint),
-        () => undefined,
-      );
-    }
+    // The looked-up layer's read goes first: the first read from a host whose Range support is
+    // not known yet is the only one in flight until it answers (registry/host-range-profile.ts),
+    // and the client waits on this layer, not on the ones resolved ahead.
+    const readTail = async (desc: LayerDescriptor): Promise<void> => {
+      if (!isSupportedMedia(desc.mediaType) || !tocAnnotation(desc)) return;
+      const saved = await this.o.meta.hasTocTail(desc.digest).catch(() => true);
+      if (!saved) this.pool.prefetchTail(ref, desc.digest, desc.size, tocOffsetHint(desc));
+    };
+    const first = asked !== undefined ? readTail(asked) : Promise.resolve();
+    if (ahead) for (const desc of layers) if (desc !== asked) void first.then(() => readTail(desc));
   }
 
   private finish(e: Entry, record: LayerRecord, handle: LayerHandle): ResolvedLayer {

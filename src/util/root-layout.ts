@@ -31,6 +31,8 @@ export interface RootLayout {
   readonly pins: string;
   /** One store per root: `stargz-store.lock` (pid, checked against /proc). */
   readonly instanceLock: string;
+  /** The throwaway store of the start-up rehearsal (store/rehearsal.ts): `rehearsal/`, removed after. */
+  readonly rehearsal: string;
 }
 
 /** One store per control socket: `<socket>.lock` next to the socket (which need not be under root). */
@@ -51,5 +53,6 @@ export function rootLayout(root: string): RootLayout {
     blobs: join(root, 'blobs', 'sha256'),
     pins: join(root, 'pins.json'),
     instanceLock: join(root, 'stargz-store.lock'),
+    rehearsal: join(root, 'rehearsal'),
   };
 }

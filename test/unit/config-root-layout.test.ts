@@ -23,6 +23,7 @@ describe('the --root layout has one owner (util/root-layout.ts)', () => {
       blobs: '/r/blobs/sha256',
       pins: '/r/pins.json',
       instanceLock: '/r/stargz-store.lock',
+      rehearsal: '/r/rehearsal',
     });
   });
 
