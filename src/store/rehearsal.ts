@@ -126,12 +126,14 @@ async function rehearse(opts: RehearsalOptions): Promise<RehearsalResult> {
   const root = opts.root;
   await rm(root, { recursive: true, force: true });
   await mkdir(root, { recursive: true, mode: 0o700 });
-  const { server, host } = await serveImage(image);
   let bytesRead = 0;
   const registry = new RegistryClient({ logger: silentLogger, retry: { maxRetries: 0 } });
+  let served: { server: Server; host: string } | undefined;
   let cache: ChunkCache | undefined;
   let blobs: BlobStore | undefined;
   try {
+    served = await serveImage(image);
+    const { host } = served;
     cache = await ChunkCache.open({ root, minFreeBytes: 0, logger: silentLogger });
     blobs = await BlobStore.open({ root, budget: chunkCacheBudget(cache), logger: silentLogger });
     const store = createLayerStore({
@@ -164,7 +166,9 @@ async function rehearse(opts: RehearsalOptions): Promise<RehearsalResult> {
     await blobs?.close();
     await cache?.close();
     await registry.close();
-    await new Promise((resolve) => server.close(resolve));
+    // a request cut short by the deadline must not keep the server (and the store's start) open
+    served?.server.closeAllConnections();
+    await new Promise((resolve) => (served ? served.server.close(resolve) : resolve(undefined)));
     await rm(root, { recursive: true, force: true });
   }
   return { ms: performance.now() - started, layers: image.layers.length, bytesRead };
