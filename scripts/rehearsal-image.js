@@ -1,10 +1,11 @@
 // Writes src/store/rehearsal-image-data.ts: the synthetic image the store rehearses its first
 // lookups with (src/store/rehearsal.ts), built by the store's writer. Run after `npm run build`
-// whenever the builder (src/store/rehearsal-image.ts) or the writer's output changes; the unit test
+// whenever the builder (src/store/rehearsal-image-build.ts) or the writer's output changes; the unit test
 // test/unit/store-rehearsal.test.ts says when.
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath, URL } from 'node:url';
-import { buildRehearsalImage, saveRehearsalImage } from '../dist/src/store/rehearsal-image.js';
+import { buildRehearsalImage } from '../dist/src/store/rehearsal-image-build.js';
+import { saveRehearsalImage } from '../dist/src/store/rehearsal-image.js';
 
 const saved = saveRehearsalImage(await buildRehearsalImage());
 const out = fileURLToPath(new URL('../src/store/rehearsal-image-data.ts', import.meta.url));

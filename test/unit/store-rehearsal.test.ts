@@ -8,11 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { rehearseFirstLookups } from '../../src/store/rehearsal.js';
-import {
-  buildRehearsalImage,
-  loadRehearsalImage,
-  saveRehearsalImage,
-} from '../../src/store/rehearsal-image.js';
+import { loadRehearsalImage, saveRehearsalImage } from '../../src/store/rehearsal-image.js';
+import { buildRehearsalImage } from '../../src/store/rehearsal-image-build.js';
 import { REHEARSAL_IMAGE } from '../../src/store/rehearsal-image-data.js';
 import { openLayer } from '../../src/format/open-layer.js';
 import { BufferRangeReader } from '../../src/util/range-reader.js';
