@@ -1,0 +1,75 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { decodeChunk, decodeChunks } from '../../src/format/codec.js';
+import { GcPacer, gcPacer } from '../../src/util/gc-pacer.js';
+
+const sha = (b: Uint8Array): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
+
+describe('GcPacer', () => {
+  it('collects once per paced amount of bytes and starts counting again after', () => {
+    const collect = vi.fn();
+    const p = new GcPacer(100, collect);
+    p.note(60);
+    expect(collect).not.toHaveBeenCalled();
+    expect(p.pending).toBe(60);
+    p.note(40);
+    expect(collect).toHaveBeenCalledTimes(1);
+    expect(p.pending).toBe(0);
+    p.note(99);
+    expect(collect).toHaveBeenCalledTimes(1);
+    p.note(250); // one large allocation: one collection, not one per 100 bytes
+    expect(collect).toHaveBeenCalledTimes(2);
+  });
+
+  it('ignores empty and nonsense sizes', () => {
+    const collect = vi.fn();
+    const p = new GcPacer(10, collect);
+    for (const n of [0, -5, Number.NaN]) p.note(n);
+    expect(p.pending).toBe(0);
+    expect(collect).not.toHaveBeenCalled();
+  });
+
+  it('does nothing without a collector (gc not exposed)', () => {
+    const p = new GcPacer(1, undefined);
+    p.note(1 << 30);
+    expect(p.pending).toBe(0);
+  });
+});
+
+describe('decoding paces collections by the bytes it allocates', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('counts the compressed span and the decoded bytes of each decompression', async () => {
+    const noted: number[] = [];
+    vi.spyOn(gcPacer, 'note').mockImplementation((n: number) => void noted.push(n));
+    const data = randomBytes(200_000);
+    const span = gzipSync(data);
+    const out = await decodeChunk('gzip', span, {
+      fileOffset: 0,
+      size: data.length,
+      compressedOffset: 0,
+      compressedEnd: span.length,
+      innerOffset: 0,
+      digest: sha(data),
+    });
+    expect(out.equals(data)).toBe(true);
+    expect(noted).toEqual([span.length + data.length]);
+  });
+
+  it('counts a member shared by several chunks once', async () => {
+    const noted: number[] = [];
+    vi.spyOn(gcPacer, 'note').mockImplementation((n: number) => void noted.push(n));
+    const a = randomBytes(3000);
+    const b = randomBytes(5000);
+    const span = gzipSync(Buffer.concat([a, b]));
+    const base = { fileOffset: 0, compressedOffset: 0, compressedEnd: span.length };
+    const got = await decodeChunks('gzip', span, [
+      { ...base, size: a.length, innerOffset: 0, digest: sha(a) },
+      { ...base, size: b.length, innerOffset: a.length, digest: sha(b) },
+    ]);
+    expect(got[0]).toEqual(a);
+    expect(got[1]).toEqual(b);
+    expect(noted).toEqual([span.length + a.length + b.length]);
+  });
+});
