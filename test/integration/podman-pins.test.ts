@@ -112,8 +112,10 @@ describe('Podman runs a pinned image with the registry gone', () => {
 
   afterAll(async () => {
     if (env) {
-      await podman(['rm', '-af']).catch(() => undefined);
-      await podman(['rmi', '-af']).catch(() => undefined);
+      // bounded like the shared helper's clean-up (test/helpers/podman.ts): a Podman slowed down by
+      // other suites must not outlast the hook
+      await podman(['rm', '-af', '-t', '0'], 60_000).catch(() => undefined);
+      await podman(['rmi', '-af'], 60_000).catch(() => undefined);
     }
     await stop().catch(() => undefined);
     await registry?.stop();
@@ -121,7 +123,7 @@ describe('Podman runs a pinned image with the registry gone', () => {
       () => undefined,
     );
     await rm(dir, { recursive: true, force: true });
-  });
+  }, 240_000);
 
   it('pull, pin, registry stopped, store restarted: podman run reads the whole pinned file', async () => {
     const r1 = await start();
