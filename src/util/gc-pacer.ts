@@ -11,29 +11,38 @@
  * Without `gc` exposed (tests, tools run without --expose-gc) it does nothing.
  */
 
+import { getHeapStatistics } from 'node:v8';
+
 const MiB = 1024 * 1024;
 
 /**
  * Bytes (compressed + decoded) between two paced collections. Measured against the previous build,
- * same run, large lab image at scale 0.3, loopback (bench/README.md, session 13): 16 MiB cut the
- * peak RSS of a cold 120 MiB shard read by 21 MB through the mount (192 -> 171 MB, 5 runs) and in
- * the harness's model-load by 0-20 MB (zstd:chunked 193-212 -> 177-188), at an unchanged read rate.
+ * same run, large lab image at scale 0.3, loopback (bench/README.md, session 13): peak RSS of a cold
+ * 120 MiB shard read through the mount 192-193 -> 170-171 MB (2 A/Bs of 4-5 runs), read rate 83-86
+ * vs 87-88 MB/s (the machine's spread: +-10 %); 32 MiB kept the old peak (192 MB) at 93 MB/s.
+ * Harness model-load: zstd:chunked 193-212 -> 177-188 MB, eStargz unchanged.
  */
 export const GC_PACE_BYTES = 16 * MiB;
 
 export class GcPacer {
   private since = 0;
 
+  /**
+   * `heapBytes`: the live JavaScript heap. A full GC costs in proportion to it (a 500,000-entry
+   * TOC is a 300 MB heap, 250 ms a collection), so collections come at most once per half a heap
+   * of counted bytes: a store holding huge TOCs is not paused every 16 MiB of a model read.
+   */
   constructor(
     private readonly paceBytes: number,
     private readonly collect: (() => void) | undefined,
+    private readonly heapBytes: () => number = () => 0,
   ) {}
 
   /** `bytes` of large buffers were just allocated (and will soon be garbage). */
   note(bytes: number): void {
     if (this.collect === undefined || !(bytes > 0)) return;
     this.since += bytes;
-    if (this.since < this.paceBytes) return;
+    if (this.since < this.paceBytes || this.since < this.heapBytes() / 2) return;
     this.since = 0;
     this.collect();
   }
@@ -50,4 +59,5 @@ export const gcPacer = new GcPacer(
   (globalThis as { gc?: () => void }).gc !== undefined
     ? () => (globalThis as unknown as { gc: () => void }).gc()
     : undefined,
+  () => getHeapStatistics().used_heap_size,
 );

@@ -22,6 +22,19 @@ describe('GcPacer', () => {
     expect(collect).toHaveBeenCalledTimes(2);
   });
 
+  it('waits for half a live heap of bytes when the heap is large (a full GC costs in proportion to it)', () => {
+    const collect = vi.fn();
+    let heap = 1000;
+    const p = new GcPacer(100, collect, () => heap);
+    p.note(300);
+    expect(collect).not.toHaveBeenCalled(); // 300 of the 500 a 1000-byte heap asks for
+    p.note(200);
+    expect(collect).toHaveBeenCalledTimes(1);
+    heap = 50; // small heap again: the pace itself rules
+    p.note(100);
+    expect(collect).toHaveBeenCalledTimes(2);
+  });
+
   it('ignores empty and nonsense sizes', () => {
     const collect = vi.fn();
     const p = new GcPacer(10, collect);
