@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import type { Transform } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { StoreError } from '../util/errors.js';
+import { gcPacer } from '../util/gc-pacer.js';
 import type { Compression } from '../format/model.js';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as { DecompressStream: new () => Transform };
@@ -73,6 +74,7 @@ export class StreamDigest {
     dec.on('data', (d: Buffer) => {
       this.hash.update(d);
       this.size += d.length;
+      gcPacer.note(d.length);
     });
     this.finished = new Promise<void>((resolve, reject) => {
       dec.on('end', resolve);

@@ -7,7 +7,9 @@
  * marking almost without a pause (15-18 major GCs and ~0.7 s of helper-thread CPU per 120 MiB
  * shard read cold on 2 cores). bin/node-options turns incremental marking off: V8 then collects
  * atomically at its limits, and this pacer adds a full GC after every GC_PACE_BYTES of decoded
- * data (compressed span + decoded bytes), so dead buffers never pile up beyond a few chunks.
+ * data, so dead buffers never pile up beyond a few chunks. Every decompression of layer data
+ * reports here: chunks (format/codec.ts: compressed span + decoded bytes) and the DiffID check's
+ * whole-layer stream (layer/diffid.ts: decoded bytes).
  * Without `gc` exposed (tests, tools run without --expose-gc) it does nothing.
  */
 
@@ -26,6 +28,8 @@ export const GC_PACE_BYTES = 16 * MiB;
 
 export class GcPacer {
   private since = 0;
+  /** Counted bytes at which the pace (and the heap) is looked at again. */
+  private due: number;
 
   /**
    * `heapBytes`: the live JavaScript heap. A full GC costs in proportion to it (a 500,000-entry
@@ -36,14 +40,26 @@ export class GcPacer {
     private readonly paceBytes: number,
     private readonly collect: (() => void) | undefined,
     private readonly heapBytes: () => number = () => 0,
-  ) {}
+  ) {
+    this.due = paceBytes;
+  }
 
-  /** `bytes` of large buffers were just allocated (and will soon be garbage). */
+  /**
+   * `bytes` of large buffers were just allocated (and will soon be garbage). Called once per
+   * decompression: the heap's size is read only when the count reaches `due`, at most twice per
+   * collection.
+   */
   note(bytes: number): void {
     if (this.collect === undefined || !(bytes > 0)) return;
     this.since += bytes;
-    if (this.since < this.paceBytes || this.since < this.heapBytes() / 2) return;
+    if (this.since < this.due) return;
+    const due = Math.max(this.paceBytes, this.heapBytes() / 2);
+    if (this.since < due) {
+      this.due = due;
+      return;
+    }
     this.since = 0;
+    this.due = this.paceBytes;
     this.collect();
   }
 

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decodeChunk, decodeChunks } from '../../src/format/codec.js';
+import { StreamDigest } from '../../src/layer/diffid.js';
 import { GcPacer, gcPacer } from '../../src/util/gc-pacer.js';
 
 const sha = (b: Uint8Array): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
@@ -33,6 +34,17 @@ describe('GcPacer', () => {
     heap = 50; // small heap again: the pace itself rules
     p.note(100);
     expect(collect).toHaveBeenCalledTimes(2);
+  });
+
+  it('reads the heap size only when the count reaches the pace, not on every call', () => {
+    const collect = vi.fn();
+    const heapBytes = vi.fn(() => 1000);
+    const p = new GcPacer(100, collect, heapBytes);
+    for (let i = 0; i < 99; i++) p.note(1);
+    expect(heapBytes).not.toHaveBeenCalled();
+    for (let i = 0; i < 401; i++) p.note(1); // 100 -> looks once (due 500), 500 -> looks again
+    expect(heapBytes).toHaveBeenCalledTimes(2);
+    expect(collect).toHaveBeenCalledTimes(1);
   });
 
   it('ignores empty and nonsense sizes', () => {
@@ -84,5 +96,16 @@ describe('decoding paces collections by the bytes it allocates', () => {
     expect(got[0]).toEqual(a);
     expect(got[1]).toEqual(b);
     expect(noted).toEqual([span.length + a.length + b.length]);
+  });
+
+  it("counts the DiffID check's decoded whole-layer stream", async () => {
+    const noted: number[] = [];
+    vi.spyOn(gcPacer, 'note').mockImplementation((n: number) => void noted.push(n));
+    const data = randomBytes(1_500_000);
+    const s = new StreamDigest('gzip');
+    await s.write(gzipSync(data));
+    const r = await s.end();
+    expect(r.digest).toBe(sha(data));
+    expect(noted.reduce((a, n) => a + n, 0)).toBe(data.length);
   });
 });
