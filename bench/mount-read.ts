@@ -9,7 +9,7 @@
  *     [--store-config F] [--store CMD] [--baseline-store CMD] [--baseline-flavour go|ours|auto]
  *
  * Per run: cold and warm MB/s (`cat` in a child process: the store's own loop serves the mount),
- * the store's peak RSS, and CPU milliseconds during the cold read of the store's main thread, its
+ * the store's peak RSS (and what it was made of: bench/lib/rss-parts.ts), and CPU milliseconds during the cold read of the store's main thread, its
  * V8 helper threads (garbage collection, compilation), its libuv pool (inflate, file I/O), the
  * registry, and the machine as a whole. Medians at the end. Not a test: it prints figures.
  */
@@ -21,6 +21,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startBenchRegistry } from './lib/registry-server.js';
 import { startStore } from './lib/store-process.js';
+import { formatParts, sampleRssParts, type RssParts } from './lib/rss-parts.js';
 import { resolveLaunchFlags, type StoreFlavour } from './lib/store-flags.js';
 import { percentile } from './lib/stats.js';
 
@@ -143,6 +144,8 @@ interface RunResult {
   coldMBs: number;
   warmMBs: number;
   peakRssMB: number;
+  /** What the resident memory was made of at its largest sampled total. */
+  peakParts?: RssParts | undefined;
   cpuMs: Record<string, number>;
 }
 
@@ -168,6 +171,7 @@ async function oneRun(
     stopSignal: 'SIGINT',
     ...(o.storeConfig !== undefined ? { config: o.storeConfig } : {}),
   });
+  const parts = sampleRssParts(store.pid);
   try {
     const ref = `${registryHost}/bench/large:${o.tag}`;
     const file = join(dir, 'mnt', Buffer.from(ref).toString('base64'), digest, 'diff', o.file);
@@ -177,6 +181,7 @@ async function oneRun(
     const after = await threadTicks([store.pid, registryPid]);
     const warmMs = await catFile(file);
     const peak = (await store.sample())?.peakRssKiB ?? 0;
+    await parts.stop();
     const cpuMs: Record<string, number> = {};
     for (const [k, v] of after) {
       const g = group(k, store.pid, registryPid);
@@ -187,9 +192,11 @@ async function oneRun(
       coldMBs: size / MiB / (coldMs / 1000),
       warmMBs: size / MiB / (warmMs / 1000),
       peakRssMB: peak / 1024,
+      peakParts: parts.peak(),
       cpuMs,
     };
   } finally {
+    await parts.stop();
     await store.stop();
     await rm(dir, { recursive: true, force: true });
   }
@@ -199,7 +206,8 @@ const GROUPS = ['main', 'v8-helpers', 'libuv-pool', 'store-other', 'registry', '
 
 function line(r: RunResult): string {
   const cpu = GROUPS.map((g) => `${g} ${Math.round(r.cpuMs[g] ?? 0)}`).join(', ');
-  return `${r.store.padEnd(8)} cold ${r.coldMBs.toFixed(1)} MB/s, warm ${r.warmMBs.toFixed(0)} MB/s, peak RSS ${r.peakRssMB.toFixed(0)} MB; CPU ms during the cold read: ${cpu}`;
+  const parts = r.peakParts !== undefined ? ` (at its peak, MB: ${formatParts(r.peakParts)})` : '';
+  return `${r.store.padEnd(8)} cold ${r.coldMBs.toFixed(1)} MB/s, warm ${r.warmMBs.toFixed(0)} MB/s, peak RSS ${r.peakRssMB.toFixed(0)} MB${parts}; CPU ms during the cold read: ${cpu}`;
 }
 
 async function main(): Promise<void> {
