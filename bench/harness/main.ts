@@ -17,6 +17,7 @@ import { requireTools, run, say, setBeforeSay } from '../lib/proc.js';
 import { startProgress, wantsProgress } from '../../src/cli/progress.js';
 import { profileSource } from '../lib/profile.js';
 import { startBenchRegistry } from '../lib/registry-server.js';
+import { formatParts } from '../lib/rss-parts.js';
 import { describeFlags, resolveLaunchFlags } from '../lib/store-flags.js';
 import { startStore } from '../lib/store-process.js';
 import { checkLink, measureProxyOverhead } from './calibrate.js';
@@ -346,6 +347,7 @@ async function main(): Promise<void> {
             const r = await runIteration({
               ...(image ? { layers: image.layers } : {}),
               resolveProbe: o.resolveProbe && w.kind !== 'model-load',
+              rssParts: o.rssParts,
               workDir: o.workDir,
               path,
               workload: w,
@@ -368,7 +370,7 @@ async function main(): Promise<void> {
             }
             say(
               r.ok
-                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.layers?.some((l) => l.lookupMs !== undefined) ? `, lookup ms ${r.layers.map((l) => (l.lookupMs !== undefined ? l.lookupMs.toFixed(0) : '-')).join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
+                ? `${cell.image} ${net.name} ${m.id} #${i}: pull ${(r.pullMs! / 1000).toFixed(2)} s, run ${(r.runMs! / 1000).toFixed(2)} s, registry ${(r.registry!.bytes / 1e6).toFixed(1)} MB / ${r.registry!.requests} req (run phase ${((r.runRegistry?.bytes ?? 0) / 1e6).toFixed(1)} MB)${r.storePeakRssKiB ? `, RSS ${(r.storePeakRssKiB / 1024).toFixed(0)} MB` : ''}${r.storePeakParts ? ` (at its peak, MB: ${formatParts(r.storePeakParts)})` : ''}${r.coldReadMs !== undefined && r.readBytes ? `, cold read ${(r.readBytes / 1e6 / (r.coldReadMs / 1000)).toFixed(0)} MB/s` : ''}${r.layers?.some((l) => l.resolveMs !== undefined) ? `, resolve ms ${r.layers.map((l) => l.resolveMs ?? '-').join('/')}` : ''}${r.layers?.some((l) => l.lookupMs !== undefined) ? `, lookup ms ${r.layers.map((l) => (l.lookupMs !== undefined ? l.lookupMs.toFixed(0) : '-')).join('/')}` : ''}${r.totalLayers !== undefined ? `, lazy layers ${r.lazyLayers}/${r.totalLayers}` : ''}`
                 : `${cell.image} ${net.name} ${m.id} #${i}: FAILED ${r.error?.slice(0, 300)}`,
             );
             await writeOutputs(o, res);

@@ -6,6 +6,7 @@ import { unmountUnder } from '../lib/mounts.js';
 import { PodmanEnv, type StorageMode } from '../lib/podman.js';
 import { run, say, sleep, tail } from '../lib/proc.js';
 import { blobUsage, summarizeAccess, type Usage } from '../lib/registry-server.js';
+import { sampleRssParts, type RssParts, type RssPartsSampler } from '../lib/rss-parts.js';
 import type { LaunchFlag } from '../lib/store-flags.js';
 import { parseResolutions } from '../lib/store-log.js';
 import { startStore, type RunningStore } from '../lib/store-process.js';
@@ -190,6 +191,8 @@ export interface IterationResult {
   lazyLayers?: number;
   totalLayers?: number;
   storePeakRssKiB?: number;
+  /** With --rss-parts: what the store's resident memory was made of at its largest sample. */
+  storePeakParts?: RssParts;
   storeCpuMs?: number;
   storeForcedUnmount?: boolean;
   /** The store did not start (the harness then skips that store's remaining modes). */
@@ -214,6 +217,8 @@ export interface IterationContext {
   layers?: ReadonlyArray<{ digest: string; size: number }>;
   /** Time each layer's lookup on a fresh store first (see probeLookups). */
   resolveProbe?: boolean;
+  /** Sample the store's smaps during the iteration (bench/lib/rss-parts.ts). */
+  rssParts?: boolean;
 }
 
 /**
@@ -234,6 +239,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
   await run('sync', []);
   const ref = `${path.refHost}/bench/${workload.name}:${mode.format}`;
   const res: IterationResult = { iteration: ctx.iteration, ok: false };
+  let parts: RssPartsSampler | undefined;
   let store: RunningStore | undefined;
   let podman: PodmanEnv | undefined;
   let lookupMs: number[] | undefined;
@@ -298,6 +304,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         logFile: join(dir, 'store.log'),
       });
       delete res.storeStartFailed;
+      if (ctx.rssParts === true) parts = sampleRssParts(store.pid);
       storage = { kind: 'als', mount: mnt };
     }
     podman = await PodmanEnv.create({
@@ -354,6 +361,11 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         res.readBytes = workload.modelShard?.bytes;
       }
     }
+    if (parts) {
+      await parts.stop();
+      const p = parts.peak();
+      if (p) res.storePeakParts = p;
+    }
     if (store) {
       const s = await store.sample();
       if (s) {
@@ -375,6 +387,7 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
     res.error = err instanceof Error ? err.message : String(err);
     if (store) res.error += ` | store log: ${store.logTail(600)}`;
   } finally {
+    await parts?.stop();
     await teardown();
   }
   return res;

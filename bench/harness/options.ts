@@ -26,6 +26,8 @@ export interface HarnessOptions {
   baselineConfig?: string;
   workloads: WorkloadKind[];
   resolveProbe: boolean;
+  /** Sample the store's smaps during each iteration and report its peak's composition. */
+  rssParts: boolean;
   profile: string;
   workDir: string;
   out: string;
@@ -99,6 +101,11 @@ export function buildCommand(): Command {
     .option(
       '--resolve-probe',
       'before each lazy iteration, time `stat <mnt>/<ref>/<digest>/diff` per layer on a fresh store (same for every store; startup workload)',
+      false,
+    )
+    .option(
+      '--rss-parts',
+      "report what the store's peak RSS is made of per iteration (samples /proc/<pid>/smaps every 100 ms: a little CPU taken from the timed run)",
       false,
     )
     .option(
@@ -190,6 +197,7 @@ export function parseOptions(argv: readonly string[], repoRoot?: string): Harnes
     ...(o.baselineConfig ? { baselineConfig: String(o.baselineConfig) } : {}),
     workloads: kinds as WorkloadKind[],
     resolveProbe: Boolean(o.resolveProbe),
+    rssParts: Boolean(o.rssParts),
     profile: String(o.profile),
     workDir,
     out: resolve(String(o.out)),

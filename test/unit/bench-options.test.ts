@@ -22,6 +22,11 @@ describe('bench options', () => {
     expect(o.networks).toEqual([{ name: 'loopback', rttMs: 0 }]);
   });
 
+  it("samples the store's memory composition only when asked (it takes CPU from the timed run)", () => {
+    expect(parseOptions(['--quick']).rssParts).toBe(false);
+    expect(parseOptions(['--quick', '--rss-parts']).rssParts).toBe(true);
+  });
+
   it('defaults to the full preset with the three networks of the issue', () => {
     const f = parseOptions([]);
     expect(f.images).toEqual(['small', 'python', 'large']);
