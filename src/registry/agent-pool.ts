@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { rootCertificates } from 'node:tls';
-import { Agent, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent } from './undici-core.js';
 import { StoreError } from '../util/errors.js';
 import type { Endpoint } from './hosts.js';
 

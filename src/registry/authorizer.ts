@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import { request } from 'undici';
+import { request } from './undici-core.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { Lru } from '../util/lru.js';
