@@ -361,11 +361,8 @@ export async function runIteration(ctx: IterationContext): Promise<IterationResu
         res.readBytes = workload.modelShard?.bytes;
       }
     }
-    if (parts) {
-      await parts.stop();
-      const p = parts.peak();
-      if (p) res.storePeakParts = p;
-    }
+    const peakParts = parts?.peak();
+    if (peakParts) res.storePeakParts = peakParts;
     if (store) {
       const s = await store.sample();
       if (s) {
