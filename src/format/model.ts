@@ -27,6 +27,7 @@ export interface Chunk {
   zeros?: boolean;
 }
 
+/** A node of a layer's tree. Parsed TOCs hold IndexNode (format/index-node.ts), a compact layout. */
 export interface TreeNode {
   /** Stable id within the layer (root = 1), assigned in TOC order; FUSE derives inode numbers from it. */
   id: number;
@@ -34,31 +35,31 @@ export interface TreeNode {
   name: string;
   /** Cleaned path relative to the layer root, no leading or trailing '/', '' for the root. */
   path: string;
-  type: NodeType;
+  readonly type: NodeType;
   /** Permission bits only (mask 0o7777: perm + setuid/setgid/sticky); the type comes from `type`. */
-  mode: number;
-  uid: number;
-  gid: number;
-  uname?: string;
-  gname?: string;
+  readonly mode: number;
+  readonly uid: number;
+  readonly gid: number;
+  readonly uname?: string;
+  readonly gname?: string;
   /** Modification time, whole seconds since the epoch; 0 when the TOC has none. */
-  mtime: number;
+  readonly mtime: number;
   /** Logical size of a regular file; 0 for everything else (symlink size is linkName's length). */
   size: number;
   /** Symlink target (as stored); '' otherwise. */
-  linkName: string;
-  devMajor: number;
-  devMinor: number;
+  readonly linkName: string;
+  readonly devMajor: number;
+  readonly devMinor: number;
   /** Extended attributes, values decoded to bytes. */
-  xattrs: Map<string, Buffer>;
+  readonly xattrs: ReadonlyMap<string, Buffer>;
   /** Whole-file digest when the TOC has one (informational: chunks are what is verified). */
-  digest?: string;
+  readonly digest?: string;
   /** Regular files: chunks sorted by fileOffset, covering [0, size) without gaps. Empty for size 0. */
-  chunks: Chunk[];
+  readonly chunks: Chunk[];
   /** Link count: names for files (hardlinks), 2 + subdirectories for directories. */
   nlink: number;
   /** Directories only: children by base name (hardlink names point at their target node). */
-  children?: Map<string, TreeNode>;
+  children?: ReadonlyMap<string, TreeNode>;
 }
 
 export type PrefetchHint =

@@ -3,6 +3,8 @@
  * (spec §1.8): the chunk half of the tree normalisation in toc-tree.ts.
  */
 import { StoreError } from '../util/errors.js';
+import { IndexChunk } from './index-chunk.js';
+import { IndexNode, NO_CHUNKS } from './index-node.js';
 import type { Chunk, TreeNode } from './model.js';
 import type { TocEntry } from './toc.js';
 import type { TreeLimits } from './toc-tree.js';
@@ -19,7 +21,7 @@ export function bad(
 
 /** A regular file whose chunk entries are still arriving. */
 export interface OpenFile {
-  node: TreeNode;
+  node: IndexNode;
   reg: TocEntry;
   /** The reg entry followed by its chunk entries, in TOC order. */
   entries: TocEntry[];
@@ -31,13 +33,10 @@ export interface OpenFile {
  * until the end would keep the whole TOC alive.
  */
 export interface OpenSpans {
-  chunks: Chunk[];
+  chunks: IndexChunk[];
   entries: number[];
   nodes: TreeNode[];
 }
-
-/** The chunks of every node without content (frozen: shared by all of them). */
-export const NO_CHUNKS: Chunk[] = Object.freeze([]) as unknown as Chunk[];
 
 /** Smallest value in sorted `starts` strictly greater than `offset` (duplicates allowed). */
 export function nextStart(starts: Float64Array, offset: number): number | undefined {
@@ -96,7 +95,7 @@ export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans
       if (o > 0) next = o;
     }
   }
-  const chunks: Chunk[] = [];
+  const chunks: IndexChunk[] = [];
   let expected = 0;
   for (let k = 0; k < file.entries.length; k++) {
     const e = file.entries[k]!;
@@ -145,16 +144,16 @@ export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans
         compressedEnd = -1; // set by TreeBuilder.finish()
       }
     }
-    const chunk: Chunk = {
+    const chunk = new IndexChunk({
       fileOffset,
       size: chunkSize,
       compressedOffset,
       compressedEnd,
       innerOffset: zeros ? 0 : e.innerOffset,
       digest,
-    };
-    if (zeros) chunk.zeros = true;
-    else if (!cstorage) {
+      zeros,
+    });
+    if (!zeros && !cstorage) {
       spans.chunks.push(chunk);
       spans.entries.push(e.index);
       spans.nodes.push(file.node);
@@ -163,6 +162,7 @@ export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans
     expected = fileOffset + chunkSize;
   }
   if (expected !== size) throw bad(reg, `chunks cover ${expected} of ${size} bytes`);
-  // exact-size storage: a pushed-to array keeps room for 17 elements (~150 B per file)
-  return chunks.length === 1 ? [chunks[0]!] : chunks.slice();
+  // exact-size storage: a pushed-to array keeps room for 17 elements (~150 B per file);
+  // a file of one chunk keeps the chunk alone (IndexNode.setContent)
+  return chunks.length === 1 ? chunks : chunks.slice();
 }

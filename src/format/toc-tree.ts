@@ -4,18 +4,12 @@
  * resolved to their target node, uname/gname back-fill, link counts, prefetch landmarks.
  */
 import { StoreError } from '../util/errors.js';
+import { compactInteger } from './index-chunk.js';
+import { IndexNode, MetaTable, NO_XATTRS, type NodeMeta } from './index-node.js';
 import type { NodeType, PrefetchHint, TreeNode } from './model.js';
 import { Slicer, type TocEntry } from './toc.js';
 import { cleanEntryName, splitParent } from './toc-names.js';
-import {
-  bad,
-  buildChunks,
-  checkSpan,
-  NO_CHUNKS,
-  nextStart,
-  type OpenFile,
-  type OpenSpans,
-} from './toc-chunks.js';
+import { bad, buildChunks, checkSpan, nextStart, type OpenFile, type OpenSpans } from './toc-chunks.js';
 
 export const PREFETCH_LANDMARK = '.prefetch.landmark';
 export const NO_PREFETCH_LANDMARK = '.no.prefetch.landmark';
@@ -68,53 +62,33 @@ function convertModTime(text: string): number {
 }
 
 /**
- * Shared, immutable defaults: most nodes have no xattrs and (not being regular files) no chunks,
- * and a Map per node costs ~100 bytes -- 50 MB for a 500k-entry TOC.
+ * A copy of a name that does not keep the string it was cut from alive. A base name sliced from
+ * an entry's path is a view of the whole path (V8 slices strings of 13 or more characters),
+ * which the node would then keep: ~54 B per node. toLowerCase() of a lowercase string is a
+ * fresh copy (~90 ns; a Buffer round trip takes ~500); a name with capitals keeps its view.
  */
-class ReadonlyXattrs extends Map<string, Buffer> {
-  override set(): this {
-    throw new TypeError('the shared empty xattrs map is read-only');
-  }
-  override delete(): boolean {
-    throw new TypeError('the shared empty xattrs map is read-only');
-  }
-  override clear(): void {
-    throw new TypeError('the shared empty xattrs map is read-only');
-  }
+function ownString(name: string): string {
+  const copy = name.toLowerCase();
+  return copy === name ? copy : name;
 }
-export const NO_XATTRS: Map<string, Buffer> = new ReadonlyXattrs();
 
-function newNode(type: NodeType, path: string, name: string): TreeNode {
-  const node: TreeNode = {
-    id: 0,
-    name,
-    path,
+/** A node as the TOC's implicit entries make it: a 0755 directory, or a type with nothing set. */
+function defaultMeta(type: NodeType): NodeMeta {
+  return {
     type,
     mode: type === 'dir' ? 0o755 : 0,
     uid: 0,
     gid: 0,
-    mtime: 0,
-    size: 0,
-    linkName: '',
-    devMajor: 0,
-    devMinor: 0,
-    xattrs: NO_XATTRS,
-    chunks: NO_CHUNKS,
-    nlink: 1,
-    // declared up front (as undefined) so every node has one shape with all fields in-object
     uname: undefined,
     gname: undefined,
-    digest: undefined,
-    children: undefined,
+    mtime: 0,
   };
-  if (type === 'dir') node.children = new Map();
-  return node;
 }
 
 interface PendingLink {
   entry: TocEntry;
   path: string;
-  parent: TreeNode;
+  parent: IndexNode;
   base: string;
   target: string;
   node?: TreeNode;
@@ -128,9 +102,10 @@ interface PendingLink {
  * finish(). Throws E_BAD_TOC / E_HOSTILE_PATH on anything inconsistent.
  */
 export class TreeBuilder {
-  private readonly created: TreeNode[] = [];
-  private readonly root: TreeNode;
-  private readonly dirs = new Map<string, TreeNode>();
+  private readonly created: IndexNode[] = [];
+  private readonly root: IndexNode;
+  private readonly dirs = new Map<string, IndexNode>();
+  private readonly metas = new MetaTable();
   private readonly pending: PendingLink[] = [];
   private readonly unames = new Map<number, string>();
   private readonly gnames = new Map<number, string>();
@@ -142,18 +117,18 @@ export class TreeBuilder {
   private readonly spans: OpenSpans = { chunks: [], entries: [], nodes: [] };
 
   constructor(private readonly limits: TreeLimits) {
-    this.root = this.make('dir', '', '');
+    this.root = this.make('dir', undefined, '');
     this.dirs.set('', this.root);
   }
 
-  private make(type: NodeType, path: string, name: string): TreeNode {
-    const node = newNode(type, path, name);
+  private make(type: NodeType, parent: IndexNode | undefined, name: string): IndexNode {
+    const node = new IndexNode(ownString(name), parent, this.metas.get(defaultMeta(type)));
     this.created.push(node);
     return node;
   }
 
   /** Directory at `path`, creating implicit 0755 parents. */
-  private ensureDir(path: string, e: TocEntry): TreeNode {
+  private ensureDir(path: string, e: TocEntry): IndexNode {
     const known = this.dirs.get(path);
     if (known !== undefined) return known;
     const [dir, base] = splitParent(path);
@@ -163,8 +138,8 @@ export class TreeBuilder {
       // dirs are always in `dirs`, so anything found here is not a directory
       throw bad(e, `parent ${JSON.stringify(path)} is not a directory`);
     }
-    const node = this.make('dir', path, base);
-    parent.children!.set(base, node);
+    const node = this.make('dir', parent, base);
+    parent.setChild(node.name, node); // the owned copy: `base` is a view of the path
     this.dirs.set(path, node);
     return node;
   }
@@ -200,7 +175,7 @@ export class TreeBuilder {
     if (e.groupName !== undefined) this.gnames.set(e.gid, e.groupName);
     if (path === '') {
       if (e.type !== 'dir') throw bad(e, 'the root entry must be a directory');
-      applyMeta(this.root, e, this.unames, this.gnames);
+      this.applyMeta(this.root, e);
       return;
     }
     const [dir, base] = splitParent(path);
@@ -214,13 +189,13 @@ export class TreeBuilder {
     const existing = parent.children!.get(base);
     if (existing?.type === 'dir') {
       if (e.type !== 'dir') throw bad(e, 'a non-directory entry replaces a directory');
-      applyMeta(existing, e, this.unames, this.gnames); // explicit entry for an implicit (or repeated) dir
+      this.applyMeta(existing as IndexNode, e); // explicit entry for an implicit (or repeated) dir
       return;
     }
     // A repeated non-directory name: the last entry wins, as in a tar extraction.
-    const node = this.make(e.type, path, base);
-    applyMeta(node, e, this.unames, this.gnames);
-    parent.children!.set(base, node);
+    const node = this.make(e.type, parent, base);
+    this.applyMeta(node, e);
+    parent.setChild(node.name, node);
     if (e.type === 'dir') this.dirs.set(path, node);
     if (e.type === 'reg') this.open = { node, reg: e, entries: [e] };
   }
@@ -230,7 +205,32 @@ export class TreeBuilder {
     const file = this.open;
     if (file === undefined) return;
     this.open = undefined;
-    file.node.chunks = buildChunks(file, this.limits, this.spans);
+    const reg = file.reg;
+    // toc.ts gives a chunk digest equal to the file's digest the same string
+    const sameDigest = file.entries.length === 1 && (reg.chunkDigest ?? reg.digest) === reg.digest;
+    file.node.setContent(buildChunks(file, this.limits, this.spans), reg.digest, sameDigest);
+  }
+
+  private applyMeta(node: IndexNode, e: TocEntry): void {
+    const type = node.type;
+    node.meta = this.metas.get({
+      type,
+      // c/storage and ctr-remote TOCs store the full st_mode (type bits included): keep permissions only
+      mode: e.mode & 0o7777,
+      uid: e.uid,
+      gid: e.gid,
+      uname: this.unames.get(e.uid) ?? node.uname,
+      gname: this.gnames.get(e.gid) ?? node.gname,
+      mtime: parseModTime(e.modtime),
+    });
+    node.size = type === 'reg' ? e.size : 0;
+    const device = type === 'char' || type === 'block';
+    node.setExtra({
+      linkName: type === 'symlink' ? e.linkName : '',
+      devMajor: device ? e.devMajor : 0,
+      devMinor: device ? e.devMinor : 0,
+      xattrs: decodeXattrs(e.xattrs),
+    });
   }
 
   async finish(slicer: Slicer): Promise<BuiltTree> {
@@ -249,7 +249,7 @@ export class TreeBuilder {
         const node = spans.nodes[i]!;
         checkSpan({ index: spans.entries[i]!, name: node.path }, chunk.compressedOffset, end, this.limits);
       }
-      chunk.compressedEnd = end!;
+      chunk.compressedEnd = compactInteger(end!);
     }
     spans.chunks = [];
     spans.entries = [];
@@ -280,34 +280,12 @@ export async function buildTree(entries: readonly TocEntry[], limits: TreeLimits
   return await builder.finish(slicer);
 }
 
-function applyMeta(
-  node: TreeNode,
-  e: TocEntry,
-  unames: Map<number, string>,
-  gnames: Map<number, string>,
-): void {
-  // c/storage and ctr-remote TOCs store the full st_mode (type bits included): keep permissions only
-  node.mode = e.mode & 0o7777;
-  node.uid = e.uid;
-  node.gid = e.gid;
-  const uname = unames.get(e.uid);
-  const gname = gnames.get(e.gid);
-  if (uname !== undefined) node.uname = uname;
-  if (gname !== undefined) node.gname = gname;
-  node.mtime = parseModTime(e.modtime);
-  node.size = node.type === 'reg' ? e.size : 0;
-  node.linkName = node.type === 'symlink' ? e.linkName : '';
-  if (node.type === 'char' || node.type === 'block') {
-    node.devMajor = e.devMajor;
-    node.devMinor = e.devMinor;
-  }
-  const xattrs = e.xattrs === undefined ? [] : Object.entries(e.xattrs);
-  if (xattrs.length === 0) node.xattrs = NO_XATTRS;
-  else {
-    node.xattrs = new Map();
-    for (const [k, v] of xattrs) node.xattrs.set(k, Buffer.from(v, 'base64'));
-  }
-  if (node.type === 'reg' && e.digest !== undefined) node.digest = e.digest;
+function decodeXattrs(xattrs: Record<string, string> | undefined): Map<string, Buffer> {
+  const list = xattrs === undefined ? [] : Object.entries(xattrs);
+  if (list.length === 0) return NO_XATTRS;
+  const out = new Map<string, Buffer>();
+  for (const [k, v] of list) out.set(k, Buffer.from(v, 'base64'));
+  return out;
 }
 
 function lookup(root: TreeNode, path: string): TreeNode | undefined {
@@ -353,7 +331,7 @@ function resolveHardlinks(root: TreeNode, pending: PendingLink[]): void {
     if (target.type === 'dir') throw bad(first.entry, 'hardlink to a directory');
     for (const l of chain) {
       if (l.parent.children!.get(l.base)?.type === 'dir') throw bad(l.entry, 'hardlink replaces a directory');
-      l.parent.children!.set(l.base, target);
+      l.parent.setChild(ownString(l.base), target);
       l.node = target;
     }
   };
@@ -363,10 +341,15 @@ function resolveHardlinks(root: TreeNode, pending: PendingLink[]): void {
 /**
  * nlink: dirs 2 + subdirectories; others one per name. Nodes no name points at any more
  * (replaced duplicates) end with nlink 0. Counters live on the nodes: no per-node maps.
+ * Every directory's children are final here and take their compact form.
  */
-async function assignLinkCounts(root: TreeNode, created: readonly TreeNode[], slicer: Slicer): Promise<void> {
+async function assignLinkCounts(
+  root: IndexNode,
+  created: readonly IndexNode[],
+  slicer: Slicer,
+): Promise<void> {
   for (const node of created) node.nlink = 0;
-  const stack: TreeNode[] = [root];
+  const stack: IndexNode[] = [root];
   let visited = 0;
   while (stack.length > 0) {
     if ((++visited & 1023) === 1023) await slicer.tick();
@@ -375,12 +358,13 @@ async function assignLinkCounts(root: TreeNode, created: readonly TreeNode[], sl
     for (const child of dir.children!.values()) {
       if (child.type === 'dir') {
         subdirs++;
-        stack.push(child); // a directory has exactly one name, so it is visited once
+        stack.push(child as IndexNode); // a directory has exactly one name, so it is visited once
       } else {
         child.nlink++;
       }
     }
     dir.nlink = 2 + subdirs;
+    dir.fixChildren();
   }
 }
 

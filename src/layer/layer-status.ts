@@ -1,3 +1,4 @@
+import { digestKey } from '../format/index-chunk.js';
 import type { Chunk } from '../format/model.js';
 import { asStoreError, type StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
@@ -8,7 +9,8 @@ import type { Logger } from '../util/logger.js';
  * the DiffID verdict, the last error. Plain fields; the owner reports them through state().
  */
 export class LayerStatus {
-  readonly verified = new Set<string>();
+  /** Digests of the verified chunks, as digestKey() gives them. */
+  private readonly verified = new Set<string>();
   verifiedBytes = 0;
   bytesFetched = 0;
   prefetchDone = false;
@@ -27,9 +29,19 @@ export class LayerStatus {
 
   markVerified(c: Chunk): void {
     // zeros chunks need no data, so they are not part of chunksTotal either
-    if (c.zeros || this.verified.has(c.digest)) return;
-    this.verified.add(c.digest);
+    if (c.zeros) return;
+    const key = digestKey(c);
+    if (this.verified.has(key)) return;
+    this.verified.add(key);
     this.verifiedBytes += c.size;
+  }
+
+  wasVerified(c: Chunk): boolean {
+    return this.verified.has(digestKey(c));
+  }
+
+  get chunksVerified(): number {
+    return this.verified.size;
   }
 
   /** Remember an error for state() and log it. Never throws: it is the last line of defence. */

@@ -95,7 +95,7 @@ export class LazyLayer {
           ? this.scheduler.prefetch(fn, signal)
           : this.scheduler.foreground(fn, local !== true),
       onVerified: (c) => this.status.markVerified(c),
-      wasVerified: (c) => this.status.verified.has(c.digest),
+      wasVerified: (c) => this.status.wasVerified(c),
       neighbours: () => this.planCache?.chunks,
     });
   }
@@ -272,9 +272,7 @@ export class LazyLayer {
       (c) =>
         !c.zeros &&
         !(isSha256Digest(c.digest) && this.cache.has(c.digest)) &&
-        !(
-          this.status.verified.has(c.digest) && this.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd)
-        ),
+        !(this.status.wasVerified(c) && this.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd)),
     );
     if (wanted.length === 0) return;
     // On-demand tier: the reader is about to ask for these bytes. An abort (file closed, reader
@@ -303,7 +301,7 @@ export class LazyLayer {
       bytesFetched: st.bytesFetched,
       totalBytes: this.index.blobSize,
       percent,
-      chunksVerified: st.verified.size,
+      chunksVerified: st.chunksVerified,
       chunksTotal: plan?.chunks.length ?? 0,
       prefetchDone: st.prefetchDone,
       backgroundDone: st.backgroundDone,

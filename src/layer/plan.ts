@@ -1,3 +1,4 @@
+import { digestKey } from '../format/index-chunk.js';
 import type { Chunk, LayerIndex, TreeNode } from '../format/model.js';
 import { Slicer } from '../format/toc.js';
 
@@ -27,8 +28,9 @@ export async function planLayerAsync(index: LayerIndex, batch = 1000): Promise<L
 function collect(node: TreeNode | undefined, byDigest: Map<string, Chunk>): void {
   if (node === undefined || node.type !== 'reg') return;
   for (const c of node.chunks) {
-    if (c.zeros || byDigest.has(c.digest)) continue;
-    byDigest.set(c.digest, c);
+    if (c.zeros) continue;
+    const key = digestKey(c);
+    if (!byDigest.has(key)) byDigest.set(key, c);
   }
 }
 

@@ -149,7 +149,7 @@ export function buildFixture(
     }));
     const n = node(nodes.length, spec.path, 'reg', spec.content.length, full);
     nodes.push(n);
-    root.children!.set(spec.path, n);
+    (root.children as Map<string, TreeNode>).set(spec.path, n);
     byPath.set(spec.path, n);
     files.set(spec.path, spec.content);
   }

@@ -1,0 +1,178 @@
+/**
+ * The compact in-memory layout of a parsed TOC (index-chunk.ts, index-node.ts,
+ * sorted-children.ts): what it saves must not change what the tree answers.
+ */
+import { createHash } from 'node:crypto';
+import { describe, expect, test } from 'vitest';
+import { digestKey, IndexChunk, packDigest, unpackDigest } from '../../src/format/index-chunk.js';
+import { IndexNode, MetaTable } from '../../src/format/index-node.js';
+import { lookupPath, type Chunk, type TreeNode } from '../../src/format/model.js';
+import { SortedChildren } from '../../src/format/sorted-children.js';
+import { buildTree } from '../../src/format/toc-tree.js';
+import { parseEntry } from '../../src/format/toc.js';
+
+const sha = (s: string) => 'sha256:' + createHash('sha256').update(s).digest('hex');
+
+describe('packed chunk digests', () => {
+  test('a canonical sha256 digest packs to 32 characters and back', () => {
+    for (const d of [sha('a'), sha(''), 'sha256:' + '0'.repeat(64), 'sha256:' + 'f'.repeat(64)]) {
+      const packed = packDigest(d);
+      expect(packed).toHaveLength(32);
+      expect(unpackDigest(packed)).toBe(d);
+    }
+  });
+
+  test('anything else is kept as it is', () => {
+    for (const d of [
+      'sha256:' + 'A'.repeat(64), // uppercase is not canonical: it must not come back lowercased
+      'sha256:' + 'g'.repeat(64),
+      'sha512:' + 'a'.repeat(64),
+      'sha256:' + 'a'.repeat(63),
+      'sha256:../../x',
+    ]) {
+      expect(packDigest(d)).toBe(d);
+      expect(unpackDigest(packDigest(d))).toBe(d);
+    }
+  });
+
+  test('an IndexChunk answers its digest spelled out, and digestKey agrees with plain chunks', () => {
+    const plain: Chunk = {
+      fileOffset: 0,
+      size: 5,
+      compressedOffset: 10,
+      compressedEnd: 20,
+      innerOffset: 0,
+      digest: sha('hello'),
+    };
+    const c = new IndexChunk(plain);
+    expect(c.digest).toBe(sha('hello'));
+    expect(c).toMatchObject({ ...plain, zeros: undefined });
+    expect(digestKey(c)).toBe(digestKey(plain));
+    expect(digestKey(c)).not.toBe(digestKey({ ...plain, digest: sha('other') }));
+    c.digest = sha('other');
+    expect(c.digest).toBe(sha('other'));
+  });
+
+  test('zeros is told by the empty compressed span, and the two must agree', () => {
+    const base = { fileOffset: 0, size: 8, compressedOffset: 10, innerOffset: 0, digest: sha('z') };
+    expect(new IndexChunk({ ...base, compressedEnd: 10, zeros: true }).zeros).toBe(true);
+    expect(new IndexChunk({ ...base, compressedEnd: 11 }).zeros).toBeUndefined();
+    expect(() => new IndexChunk({ ...base, compressedEnd: 10 })).toThrow(RangeError);
+    expect(() => new IndexChunk({ ...base, compressedEnd: 11, zeros: true })).toThrow(RangeError);
+  });
+
+  test('offsets past 2^30 survive', () => {
+    const big = 2 ** 40 + 3;
+    const c = new IndexChunk({
+      fileOffset: big,
+      size: 1,
+      compressedOffset: big,
+      compressedEnd: big + 7,
+      innerOffset: 0,
+      digest: sha('x'),
+    });
+    expect([c.fileOffset, c.compressedOffset, c.compressedEnd]).toEqual([big, big, big + 7]);
+  });
+});
+
+describe('nodes', () => {
+  test('equal attributes share one interned record, different ones do not', () => {
+    const metas = new MetaTable();
+    const m = { type: 'reg', mode: 0o644, uid: 1, gid: 2, uname: 'u', gname: undefined, mtime: 5 } as const;
+    const a = metas.get({ ...m });
+    expect(metas.get({ ...m })).toBe(a);
+    expect(metas.get({ ...m, mode: 0o600 })).not.toBe(a);
+    expect(metas.get({ ...m, gname: '' })).not.toBe(a); // an empty name is not an absent one
+    expect(metas.get({ ...m, mtime: 2 ** 33 + 5 })).not.toBe(a);
+    expect(metas.get({ ...m })).toBe(a);
+  });
+
+  test('a path is spelled from the parents; a one-chunk file gives its chunk and digest', () => {
+    const metas = new MetaTable();
+    const dir = (type: 'dir' | 'reg') =>
+      metas.get({ type, mode: 0, uid: 0, gid: 0, uname: undefined, gname: undefined, mtime: 0 });
+    const root = new IndexNode('', undefined, dir('dir'));
+    const a = new IndexNode('a', root, dir('dir'));
+    const f = new IndexNode('f.txt', a, dir('reg'));
+    expect([root.path, a.path, f.path]).toEqual(['', 'a', 'a/f.txt']);
+    const chunk = new IndexChunk({
+      fileOffset: 0,
+      size: 3,
+      compressedOffset: 0,
+      compressedEnd: 9,
+      innerOffset: 0,
+      digest: sha('abc'),
+    });
+    f.setContent([chunk], sha('abc'), true);
+    expect(f.chunks).toEqual([chunk]);
+    expect(f.chunks[0]).toBe(chunk);
+    expect(f.digest).toBe(sha('abc'));
+    f.setContent([chunk], sha('whole'), false);
+    expect(f.digest).toBe(sha('whole'));
+    f.setContent([], undefined, false);
+    expect([f.chunks, f.digest]).toEqual([[], undefined]);
+    expect(() => f.setChild('x', root)).toThrow(TypeError);
+  });
+});
+
+describe('sorted children', () => {
+  test('lookups, membership and sorted iteration, from an unsorted map', () => {
+    const node = (name: string) => ({ name }) as unknown as TreeNode;
+    const names = ['zeta', 'alpha', 'Mid', 'beta', '\u00e9t\u00e9', 'a'];
+    const kids = new SortedChildren(new Map(names.map((n) => [n, node(n)])));
+    expect(kids.size).toBe(names.length);
+    expect([...kids.keys()]).toEqual([...names].sort());
+    for (const n of names) {
+      expect(kids.get(n)?.name).toBe(n);
+      expect(kids.has(n)).toBe(true);
+    }
+    expect(kids.get('gamma')).toBeUndefined();
+    expect(kids.has('')).toBe(false);
+    expect([...kids].map(([n, v]) => [n, v.name])).toEqual([...names].sort().map((n) => [n, n]));
+    expect([...kids.values()].map((v) => v.name)).toEqual([...names].sort());
+    const seen: string[] = [];
+    kids.forEach((_, n) => seen.push(n));
+    expect(seen).toEqual([...names].sort());
+    expect(new SortedChildren(new Map()).get('x')).toBeUndefined();
+  });
+
+  test('a parsed tree answers the same through its compact form', async () => {
+    const raw = [
+      { name: 'z/', type: 'dir', mode: 0o755 },
+      { name: 'z/b.txt', type: 'reg', size: 1, digest: sha('b'), offset: 10, mode: 0o644, uid: 7 },
+      { name: 'a.txt', type: 'reg', size: 1, digest: sha('a'), offset: 0, mode: 0o644, uid: 7 },
+      { name: 'z/a-long-name-over-13.txt', type: 'symlink', linkName: 'b.txt', mode: 0o777 },
+      { name: 'z/hard', type: 'hardlink', linkName: 'z/b.txt' },
+    ];
+    const entries = raw.map((r, i) => parseEntry(r, i));
+    const { root, nodes } = await buildTree(entries, { dataEnd: 20 });
+    const index = { root } as Parameters<typeof lookupPath>[0];
+    expect([...root.children!.keys()]).toEqual(['a.txt', 'z']);
+    expect([...lookupPath(index, 'z')!.children!.keys()]).toEqual([
+      'a-long-name-over-13.txt',
+      'b.txt',
+      'hard',
+    ]);
+    const b = lookupPath(index, 'z/b.txt')!;
+    expect(lookupPath(index, 'z/hard')).toBe(b);
+    expect(b).toMatchObject({ path: 'z/b.txt', nlink: 2, uid: 7, mode: 0o644, digest: sha('b') });
+    expect(b.chunks.map((c) => [c.compressedOffset, c.compressedEnd, c.digest])).toEqual([
+      [10, 20, sha('b')],
+    ]);
+    expect(lookupPath(index, 'a.txt')!.chunks[0]).toMatchObject({ compressedEnd: 10, digest: sha('a') });
+    expect(lookupPath(index, 'z/a-long-name-over-13.txt')).toMatchObject({
+      type: 'symlink',
+      linkName: 'b.txt',
+      path: 'z/a-long-name-over-13.txt',
+    });
+    // two files with the same attributes share them
+    expect((b as IndexNode).meta).toBe((lookupPath(index, 'a.txt') as IndexNode).meta);
+    expect(nodes.slice(1).map((n) => n.path)).toEqual([
+      '',
+      'z',
+      'z/b.txt',
+      'a.txt',
+      'z/a-long-name-over-13.txt',
+    ]);
+  });
+});
