@@ -59,16 +59,50 @@ export class IndexChunk implements Chunk {
   innerOffset: number;
   private packed: string;
 
-  constructor(c: Chunk) {
-    this.fileOffset = compactInteger(c.fileOffset);
-    this.size = compactInteger(c.size);
-    this.compressedOffset = compactInteger(c.compressedOffset);
-    this.compressedEnd = compactInteger(c.compressedEnd);
-    this.innerOffset = compactInteger(c.innerOffset);
-    this.packed = packDigest(c.digest);
-    if ((c.zeros === true) !== (this.compressedEnd === this.compressedOffset)) {
+  /** `packed`: the digest as packDigest() gives it. Checked chunks come from create(). */
+  constructor(
+    fileOffset: number,
+    size: number,
+    compressedOffset: number,
+    compressedEnd: number,
+    innerOffset: number,
+    packed: string,
+  ) {
+    this.fileOffset = compactInteger(fileOffset);
+    this.size = compactInteger(size);
+    this.compressedOffset = compactInteger(compressedOffset);
+    this.compressedEnd = compactInteger(compressedEnd);
+    this.innerOffset = compactInteger(innerOffset);
+    this.packed = packed;
+  }
+
+  /** Positional: the tree builds one per chunk of the TOC, and an options object each would be garbage. */
+  static create(
+    fileOffset: number,
+    size: number,
+    compressedOffset: number,
+    compressedEnd: number,
+    innerOffset: number,
+    digest: string,
+    zeros: boolean,
+  ): IndexChunk {
+    if (zeros !== (compressedEnd === compressedOffset)) {
       throw new RangeError('a chunk has an empty compressed span exactly when it is a zeros chunk');
     }
+    return new IndexChunk(fileOffset, size, compressedOffset, compressedEnd, innerOffset, packDigest(digest));
+  }
+
+  static from(c: Chunk): IndexChunk {
+    const { fileOffset, size, compressedOffset, compressedEnd, innerOffset, digest } = c;
+    return IndexChunk.create(
+      fileOffset,
+      size,
+      compressedOffset,
+      compressedEnd,
+      innerOffset,
+      digest,
+      c.zeros === true,
+    );
   }
 
   /**

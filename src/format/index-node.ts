@@ -3,9 +3,9 @@
  * thousands of entries. What most nodes share (type, permissions, owner, mtime) is one interned
  * NodeMeta per distinct combination; what few nodes have (link target, device numbers, xattrs, a
  * whole-file digest that is not their one chunk's) lives in a NodeExtra that most nodes lack; a
- * file of one chunk holds the chunk itself rather than an array of one.
+ * file of one chunk holds that chunk's fields itself.
  */
-import { IndexChunk } from './index-chunk.js';
+import { compactInteger, IndexChunk, packDigest, unpackDigest } from './index-chunk.js';
 import type { Chunk, NodeType, TreeNode } from './model.js';
 import { SortedChildren } from './sorted-children.js';
 
@@ -70,35 +70,54 @@ export class MetaTable {
   private readonly buckets = new Map<number, NodeMeta[]>();
   private last: NodeMeta | undefined;
 
-  get(meta: NodeMeta): NodeMeta {
-    if (this.last !== undefined && sameMeta(this.last, meta)) return this.last;
-    let h = TYPE_CODES[meta.type];
-    h = Math.imul(h, 0x01000193) ^ meta.mode;
-    h = Math.imul(h, 0x01000193) ^ meta.uid;
-    h = Math.imul(h, 0x01000193) ^ meta.gid;
-    h = Math.imul(h, 0x01000193) ^ (meta.mtime | 0);
+  /** Arguments, not a NodeMeta: an object per entry would be garbage for all but a few. */
+  get(
+    type: NodeType,
+    mode: number,
+    uid: number,
+    gid: number,
+    uname: string | undefined,
+    gname: string | undefined,
+    mtime: number,
+  ): NodeMeta {
+    const last = this.last;
+    if (last !== undefined && sameMeta(last, type, mode, uid, gid, uname, gname, mtime)) return last;
+    let h = TYPE_CODES[type];
+    h = Math.imul(h, 0x01000193) ^ mode;
+    h = Math.imul(h, 0x01000193) ^ uid;
+    h = Math.imul(h, 0x01000193) ^ gid;
+    h = Math.imul(h, 0x01000193) ^ (mtime | 0);
     const bucket = this.buckets.get(h);
     if (bucket !== undefined) {
       for (const known of bucket) {
-        if (sameMeta(known, meta)) return (this.last = known);
+        if (sameMeta(known, type, mode, uid, gid, uname, gname, mtime)) return (this.last = known);
       }
     }
-    const frozen = Object.freeze({ ...meta });
-    if (bucket === undefined) this.buckets.set(h, [frozen]);
-    else bucket.push(frozen);
-    return (this.last = frozen);
+    const meta: NodeMeta = Object.freeze({ type, mode, uid, gid, uname, gname, mtime });
+    if (bucket === undefined) this.buckets.set(h, [meta]);
+    else bucket.push(meta);
+    return (this.last = meta);
   }
 }
 
-function sameMeta(a: NodeMeta, b: NodeMeta): boolean {
+function sameMeta(
+  a: NodeMeta,
+  type: NodeType,
+  mode: number,
+  uid: number,
+  gid: number,
+  uname: string | undefined,
+  gname: string | undefined,
+  mtime: number,
+): boolean {
   return (
-    a.type === b.type &&
-    a.mode === b.mode &&
-    a.uid === b.uid &&
-    a.gid === b.gid &&
-    a.mtime === b.mtime &&
-    a.uname === b.uname &&
-    a.gname === b.gname
+    a.type === type &&
+    a.mode === mode &&
+    a.uid === uid &&
+    a.gid === gid &&
+    a.mtime === mtime &&
+    a.uname === uname &&
+    a.gname === gname
   );
 }
 
@@ -106,9 +125,16 @@ export class IndexNode implements TreeNode {
   id = 0;
   nlink = 1;
   size = 0;
-  /** A Map while the tree is built, SortedChildren once it is finished. */
-  children: ReadonlyMap<string, TreeNode> | undefined;
-  private content: IndexChunk | Chunk[] = NO_CHUNKS;
+  /**
+   * Directories: their children (SortedChildren, or a Map while the tree is built if names
+   * arrive out of order). Files of several chunks: the chunks. Files of one chunk: undefined,
+   * the chunk is in the sole* fields (an object of its own would cost 48 B more per file).
+   */
+  private body: ReadonlyMap<string, TreeNode> | Chunk[] | undefined;
+  private soleOffset = 0;
+  private soleEnd = 0;
+  private soleInner = 0;
+  private solePacked = '';
   private extra: NodeExtra = NO_EXTRA;
 
   constructor(
@@ -117,7 +143,7 @@ export class IndexNode implements TreeNode {
     readonly parent: IndexNode | undefined,
     public meta: NodeMeta,
   ) {
-    this.children = meta.type === 'dir' ? new Map() : undefined;
+    this.body = meta.type === 'dir' ? new SortedChildren() : NO_CHUNKS;
   }
 
   /** Spelled out on each use from the parents' names: a path per node costs ~54 B. */
@@ -163,13 +189,26 @@ export class IndexNode implements TreeNode {
   }
   get digest(): string | undefined {
     const d = this.extra.digest;
-    return d === SAME_AS_CHUNK ? (this.content as IndexChunk).digest : d;
+    return d === SAME_AS_CHUNK ? unpackDigest(this.solePacked) : d;
   }
 
-  /** Regular files: sorted by fileOffset. A file of one chunk answers a new array each time. */
+  get children(): ReadonlyMap<string, TreeNode> | undefined {
+    const body = this.body;
+    return body === undefined || Array.isArray(body) ? undefined : (body as ReadonlyMap<string, TreeNode>);
+  }
+
+  /**
+   * Regular files: sorted by fileOffset. A file of one chunk answers a new chunk (and array)
+   * each time: changing it changes nothing in the tree.
+   */
   get chunks(): Chunk[] {
-    const c = this.content;
-    return c instanceof IndexChunk ? [c] : c;
+    const body = this.body;
+    if (body === undefined) return [this.soleChunk()];
+    return Array.isArray(body) ? body : NO_CHUNKS;
+  }
+
+  private soleChunk(): IndexChunk {
+    return new IndexChunk(0, this.size, this.soleOffset, this.soleEnd, this.soleInner, this.solePacked);
   }
 
   /**
@@ -178,8 +217,17 @@ export class IndexNode implements TreeNode {
    */
   setContent(chunks: Chunk[], digest: string | undefined, sameDigest: boolean): void {
     const one = chunks.length === 1 ? chunks[0] : undefined;
-    this.content = one instanceof IndexChunk ? one : chunks.length === 0 ? NO_CHUNKS : chunks;
-    if (sameDigest && one instanceof IndexChunk) {
+    if (one !== undefined && one.fileOffset === 0 && one.size === this.size) {
+      this.body = undefined;
+      this.soleOffset = one.compressedOffset;
+      this.soleEnd = one.compressedEnd;
+      this.soleInner = one.innerOffset;
+      this.solePacked = one instanceof IndexChunk ? one.packedDigest : packDigest(one.digest);
+    } else {
+      this.body = chunks.length === 0 ? NO_CHUNKS : chunks;
+      sameDigest = false;
+    }
+    if (sameDigest) {
       this.extra = this.extra === NO_EXTRA ? DIGEST_OF_CHUNK : { ...this.extra, digest: SAME_AS_CHUNK };
     } else if (digest !== this.digest) {
       this.extra = { ...this.extra, digest };
@@ -188,22 +236,44 @@ export class IndexNode implements TreeNode {
 
   /** The builder's: add or replace a child of this directory. */
   setChild(name: string, node: TreeNode): void {
-    if (!(this.children instanceof Map)) throw new TypeError(`${this.path || '/'}: children are fixed`);
-    this.children.set(name, node);
+    const kids = this.children;
+    if (kids instanceof SortedChildren && kids.trySet(name, node)) return;
+    if (kids instanceof SortedChildren) {
+      const map = new Map(kids); // a name out of order: a Map until the directory is done
+      map.set(name, node);
+      this.body = map;
+    } else if (kids instanceof Map) kids.set(name, node);
+    else throw new TypeError(`${this.path || '/'} is not a directory`);
   }
 
   /** The builder's last word on a directory: its children in the compact, read-only form. */
   fixChildren(): void {
-    if (this.children instanceof Map) this.children = new SortedChildren(this.children);
+    const kids = this.children;
+    if (kids instanceof SortedChildren) kids.fix();
+    else if (kids instanceof Map) this.body = SortedChildren.from(kids);
   }
 
-  /** The builder's setter for what few nodes have. */
-  setExtra(extra: Omit<NodeExtra, 'digest'>): void {
-    const plain =
-      extra.linkName === '' && extra.devMajor === 0 && extra.devMinor === 0 && extra.xattrs.size === 0;
+  /** The builder's setter for what few nodes have (arguments: most nodes have none of it). */
+  setExtra(linkName: string, devMajor: number, devMinor: number, xattrs: ReadonlyMap<string, Buffer>): void {
+    const plain = linkName === '' && devMajor === 0 && devMinor === 0 && xattrs.size === 0;
     const digest = this.extra.digest;
     if (plain && digest === undefined) this.extra = NO_EXTRA;
     else if (plain && digest === SAME_AS_CHUNK) this.extra = DIGEST_OF_CHUNK;
-    else this.extra = Object.freeze({ ...extra, digest });
+    else this.extra = Object.freeze({ linkName, devMajor, devMinor, xattrs, digest });
+  }
+
+  /**
+   * The builder's: give every chunk whose compressed span is still open (`openEnd`) the end
+   * `endOf(chunk)` returns, in fileOffset order.
+   */
+  closeOpenEnds(openEnd: number, endOf: (chunk: Chunk) => number): void {
+    const body = this.body;
+    if (body === undefined) {
+      if (this.soleEnd === openEnd) this.soleEnd = compactInteger(endOf(this.soleChunk()));
+    } else if (Array.isArray(body)) {
+      for (const chunk of body as Chunk[]) {
+        if (chunk.compressedEnd === openEnd) chunk.compressedEnd = compactInteger(endOf(chunk));
+      }
+    }
   }
 }

@@ -5,7 +5,8 @@
 import { StoreError } from '../util/errors.js';
 import { IndexChunk } from './index-chunk.js';
 import { IndexNode, NO_CHUNKS } from './index-node.js';
-import type { Chunk, TreeNode } from './model.js';
+import type { NumberList } from '../util/number-list.js';
+import type { Chunk } from './model.js';
 import type { TocEntry } from './toc.js';
 import type { TreeLimits } from './toc-tree.js';
 
@@ -28,15 +29,11 @@ export interface OpenFile {
 }
 
 /**
- * Chunks whose compressed span ends at the next data member (stargz style), finished in
- * finish(). Kept as flat lists (chunk, TOC index, node for messages): holding each TocEntry
- * until the end would keep the whole TOC alive.
+ * Chunks whose compressed span ends at the next data member (stargz style) get compressedEnd
+ * OPEN_END until TreeBuilder.finish() knows every member start; for its messages it keeps the
+ * TOC index of each, in TOC order (holding the TocEntry would keep the whole TOC alive).
  */
-export interface OpenSpans {
-  chunks: IndexChunk[];
-  entries: number[];
-  nodes: TreeNode[];
-}
+export const OPEN_END = -1;
 
 /** Smallest value in sorted `starts` strictly greater than `offset` (duplicates allowed). */
 export function nextStart(starts: Float64Array, offset: number): number | undefined {
@@ -73,9 +70,9 @@ export function checkSpan(
 /**
  * The chunks of one regular file. containers/storage-style spans (endOffset) are complete here;
  * stargz-style ones end at the next data member, known only once the whole TOC has been read:
- * they are listed in `spans` and finished by TreeBuilder.finish().
+ * their TOC indexes go to `openSpans` and TreeBuilder.finish() sets their ends.
  */
-export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans): Chunk[] {
+export function buildChunks(file: OpenFile, limits: TreeLimits, openSpans: NumberList): Chunk[] {
   const reg = file.reg;
   const size = reg.size;
   if (size === 0) {
@@ -141,23 +138,19 @@ export function buildChunks(file: OpenFile, limits: TreeLimits, spans: OpenSpans
         compressedEnd = end!;
       } else {
         if (compressedOffset >= limits.dataEnd) checkSpan(e, compressedOffset, undefined, limits);
-        compressedEnd = -1; // set by TreeBuilder.finish()
+        compressedEnd = OPEN_END;
       }
     }
-    const chunk = new IndexChunk({
+    const chunk = IndexChunk.create(
       fileOffset,
-      size: chunkSize,
+      chunkSize,
       compressedOffset,
       compressedEnd,
-      innerOffset: zeros ? 0 : e.innerOffset,
+      zeros ? 0 : e.innerOffset,
       digest,
       zeros,
-    });
-    if (!zeros && !cstorage) {
-      spans.chunks.push(chunk);
-      spans.entries.push(e.index);
-      spans.nodes.push(file.node);
-    }
+    );
+    if (!zeros && !cstorage) openSpans.push(e.index);
     chunks.push(chunk);
     expected = fileOffset + chunkSize;
   }

@@ -4,12 +4,12 @@
  * resolved to their target node, uname/gname back-fill, link counts, prefetch landmarks.
  */
 import { StoreError } from '../util/errors.js';
-import { compactInteger } from './index-chunk.js';
-import { IndexNode, MetaTable, NO_XATTRS, type NodeMeta } from './index-node.js';
+import { IndexNode, MetaTable, NO_XATTRS } from './index-node.js';
 import type { NodeType, PrefetchHint, TreeNode } from './model.js';
 import { Slicer, type TocEntry } from './toc.js';
 import { cleanEntryName, splitParent } from './toc-names.js';
-import { bad, buildChunks, checkSpan, nextStart, type OpenFile, type OpenSpans } from './toc-chunks.js';
+import { bad, buildChunks, checkSpan, nextStart, OPEN_END, type OpenFile } from './toc-chunks.js';
+import { NumberList } from '../util/number-list.js';
 
 export const PREFETCH_LANDMARK = '.prefetch.landmark';
 export const NO_PREFETCH_LANDMARK = '.no.prefetch.landmark';
@@ -72,19 +72,6 @@ function ownString(name: string): string {
   return copy === name ? copy : name;
 }
 
-/** A node as the TOC's implicit entries make it: a 0755 directory, or a type with nothing set. */
-function defaultMeta(type: NodeType): NodeMeta {
-  return {
-    type,
-    mode: type === 'dir' ? 0o755 : 0,
-    uid: 0,
-    gid: 0,
-    uname: undefined,
-    gname: undefined,
-    mtime: 0,
-  };
-}
-
 interface PendingLink {
   entry: TocEntry;
   path: string;
@@ -111,10 +98,10 @@ export class TreeBuilder {
   private readonly gnames = new Map<number, string>();
   private open: OpenFile | undefined;
   /** Start offsets of data members/frames, for stargz-style span ends. */
-  private starts = new Float64Array(1024);
-  private startCount = 0;
+  private readonly starts = new NumberList();
   private startsSorted = true;
-  private readonly spans: OpenSpans = { chunks: [], entries: [], nodes: [] };
+  /** TOC indexes of the chunks whose ends wait for finish() (OPEN_END), in TOC order. */
+  private readonly openSpans = new NumberList();
 
   constructor(private readonly limits: TreeLimits) {
     this.root = this.make('dir', undefined, '');
@@ -122,7 +109,9 @@ export class TreeBuilder {
   }
 
   private make(type: NodeType, parent: IndexNode | undefined, name: string): IndexNode {
-    const node = new IndexNode(ownString(name), parent, this.metas.get(defaultMeta(type)));
+    // as the TOC's implicit entries make it: a 0755 directory, or a type with nothing set
+    const meta = this.metas.get(type, type === 'dir' ? 0o755 : 0, 0, 0, undefined, undefined, 0);
+    const node = new IndexNode(ownString(name), parent, meta);
     this.created.push(node);
     return node;
   }
@@ -147,13 +136,9 @@ export class TreeBuilder {
   private addStart(e: TocEntry): void {
     if ((e.type === 'reg' && e.size > 0) || e.type === 'chunk') {
       if (e.innerOffset === 0 && e.chunkType !== 'zeros') {
-        if (this.startCount === this.starts.length) {
-          const bigger = new Float64Array(this.starts.length * 2);
-          bigger.set(this.starts);
-          this.starts = bigger;
-        }
-        if (this.startCount > 0 && e.offset < this.starts[this.startCount - 1]!) this.startsSorted = false;
-        this.starts[this.startCount++] = e.offset;
+        const starts = this.starts;
+        if (starts.length > 0 && e.offset < starts.at(starts.length - 1)) this.startsSorted = false;
+        starts.push(e.offset);
       }
     }
   }
@@ -200,6 +185,36 @@ export class TreeBuilder {
     if (e.type === 'reg') this.open = { node, reg: e, entries: [e] };
   }
 
+  /**
+   * stargz style: a span ends where the next data member starts (or at dataEnd). The chunks
+   * waiting for it are found again in TOC order, as they were opened.
+   */
+  private async closeSpans(slicer: Slicer): Promise<void> {
+    const count = this.starts.length;
+    const starts = this.starts.view(1);
+    starts[count] = this.limits.dataEnd;
+    if (!this.startsSorted || this.limits.dataEnd < (starts[count - 1] ?? 0)) starts.sort();
+    let open = 0;
+    for (let i = 0; i < this.created.length && open < this.openSpans.length; i++) {
+      if ((i & 1023) === 1023) await slicer.tick();
+      const node = this.created[i]!;
+      if (node.type !== 'reg') continue;
+      node.closeOpenEnds(OPEN_END, (chunk) => {
+        const end = nextStart(starts, chunk.compressedOffset);
+        if (end === undefined || end > this.limits.dataEnd || end <= chunk.compressedOffset) {
+          checkSpan(
+            { index: this.openSpans.at(open), name: node.path },
+            chunk.compressedOffset,
+            end,
+            this.limits,
+          );
+        }
+        open++;
+        return end!;
+      });
+    }
+  }
+
   /** The open file's entries are complete: turn them into chunks. */
   private closeFile(): void {
     const file = this.open;
@@ -208,52 +223,35 @@ export class TreeBuilder {
     const reg = file.reg;
     // toc.ts gives a chunk digest equal to the file's digest the same string
     const sameDigest = file.entries.length === 1 && (reg.chunkDigest ?? reg.digest) === reg.digest;
-    file.node.setContent(buildChunks(file, this.limits, this.spans), reg.digest, sameDigest);
+    file.node.setContent(buildChunks(file, this.limits, this.openSpans), reg.digest, sameDigest);
   }
 
   private applyMeta(node: IndexNode, e: TocEntry): void {
     const type = node.type;
-    node.meta = this.metas.get({
+    node.meta = this.metas.get(
       type,
       // c/storage and ctr-remote TOCs store the full st_mode (type bits included): keep permissions only
-      mode: e.mode & 0o7777,
-      uid: e.uid,
-      gid: e.gid,
-      uname: this.unames.get(e.uid) ?? node.uname,
-      gname: this.gnames.get(e.gid) ?? node.gname,
-      mtime: parseModTime(e.modtime),
-    });
+      e.mode & 0o7777,
+      e.uid,
+      e.gid,
+      this.unames.get(e.uid) ?? node.uname,
+      this.gnames.get(e.gid) ?? node.gname,
+      parseModTime(e.modtime),
+    );
     node.size = type === 'reg' ? e.size : 0;
     const device = type === 'char' || type === 'block';
-    node.setExtra({
-      linkName: type === 'symlink' ? e.linkName : '',
-      devMajor: device ? e.devMajor : 0,
-      devMinor: device ? e.devMinor : 0,
-      xattrs: decodeXattrs(e.xattrs),
-    });
+    node.setExtra(
+      type === 'symlink' ? e.linkName : '',
+      device ? e.devMajor : 0,
+      device ? e.devMinor : 0,
+      decodeXattrs(e.xattrs),
+    );
   }
 
   async finish(slicer: Slicer): Promise<BuiltTree> {
     this.closeFile();
     resolveHardlinks(this.root, this.pending);
-    // stargz style: a span ends where the next data member starts (or at dataEnd)
-    const starts = this.starts.subarray(0, this.startCount + 1);
-    starts[this.startCount] = this.limits.dataEnd;
-    if (!this.startsSorted || this.limits.dataEnd < (starts[this.startCount - 1] ?? 0)) starts.sort();
-    const spans = this.spans;
-    for (let i = 0; i < spans.chunks.length; i++) {
-      if ((i & 1023) === 1023) await slicer.tick();
-      const chunk = spans.chunks[i]!;
-      const end = nextStart(starts, chunk.compressedOffset);
-      if (end === undefined || end > this.limits.dataEnd || end <= chunk.compressedOffset) {
-        const node = spans.nodes[i]!;
-        checkSpan({ index: spans.entries[i]!, name: node.path }, chunk.compressedOffset, end, this.limits);
-      }
-      chunk.compressedEnd = compactInteger(end!);
-    }
-    spans.chunks = [];
-    spans.entries = [];
-    spans.nodes = [];
+    await this.closeSpans(slicer);
     const { root, created } = this;
     await assignLinkCounts(root, created, slicer);
     const nodes: TreeNode[] = [];

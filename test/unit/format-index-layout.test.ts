@@ -44,7 +44,7 @@ describe('packed chunk digests', () => {
       innerOffset: 0,
       digest: sha('hello'),
     };
-    const c = new IndexChunk(plain);
+    const c = IndexChunk.from(plain);
     expect(c.digest).toBe(sha('hello'));
     expect(c).toMatchObject({ ...plain, zeros: undefined });
     expect(digestKey(c)).toBe(digestKey(plain));
@@ -55,15 +55,15 @@ describe('packed chunk digests', () => {
 
   test('zeros is told by the empty compressed span, and the two must agree', () => {
     const base = { fileOffset: 0, size: 8, compressedOffset: 10, innerOffset: 0, digest: sha('z') };
-    expect(new IndexChunk({ ...base, compressedEnd: 10, zeros: true }).zeros).toBe(true);
-    expect(new IndexChunk({ ...base, compressedEnd: 11 }).zeros).toBeUndefined();
-    expect(() => new IndexChunk({ ...base, compressedEnd: 10 })).toThrow(RangeError);
-    expect(() => new IndexChunk({ ...base, compressedEnd: 11, zeros: true })).toThrow(RangeError);
+    expect(IndexChunk.from({ ...base, compressedEnd: 10, zeros: true }).zeros).toBe(true);
+    expect(IndexChunk.from({ ...base, compressedEnd: 11 }).zeros).toBeUndefined();
+    expect(() => IndexChunk.from({ ...base, compressedEnd: 10 })).toThrow(RangeError);
+    expect(() => IndexChunk.from({ ...base, compressedEnd: 11, zeros: true })).toThrow(RangeError);
   });
 
   test('offsets past 2^30 survive', () => {
     const big = 2 ** 40 + 3;
-    const c = new IndexChunk({
+    const c = IndexChunk.from({
       fileOffset: big,
       size: 1,
       compressedOffset: big,
@@ -78,39 +78,68 @@ describe('packed chunk digests', () => {
 describe('nodes', () => {
   test('equal attributes share one interned record, different ones do not', () => {
     const metas = new MetaTable();
-    const m = { type: 'reg', mode: 0o644, uid: 1, gid: 2, uname: 'u', gname: undefined, mtime: 5 } as const;
-    const a = metas.get({ ...m });
-    expect(metas.get({ ...m })).toBe(a);
-    expect(metas.get({ ...m, mode: 0o600 })).not.toBe(a);
-    expect(metas.get({ ...m, gname: '' })).not.toBe(a); // an empty name is not an absent one
-    expect(metas.get({ ...m, mtime: 2 ** 33 + 5 })).not.toBe(a);
-    expect(metas.get({ ...m })).toBe(a);
+    const a = metas.get('reg', 0o644, 1, 2, 'u', undefined, 5);
+    expect(a).toMatchObject({
+      type: 'reg',
+      mode: 0o644,
+      uid: 1,
+      gid: 2,
+      uname: 'u',
+      gname: undefined,
+      mtime: 5,
+    });
+    expect(metas.get('reg', 0o644, 1, 2, 'u', undefined, 5)).toBe(a);
+    expect(metas.get('reg', 0o600, 1, 2, 'u', undefined, 5)).not.toBe(a);
+    expect(metas.get('dir', 0o644, 1, 2, 'u', undefined, 5)).not.toBe(a);
+    expect(metas.get('reg', 0o644, 1, 2, 'u', '', 5)).not.toBe(a); // an empty name is not an absent one
+    expect(metas.get('reg', 0o644, 1, 2, 'u', undefined, 2 ** 33 + 5)).not.toBe(a); // same low 32 bits
+    expect(metas.get('reg', 0o644, 1, 2, 'u', undefined, 5)).toBe(a);
   });
 
   test('a path is spelled from the parents; a one-chunk file gives its chunk and digest', () => {
     const metas = new MetaTable();
-    const dir = (type: 'dir' | 'reg') =>
-      metas.get({ type, mode: 0, uid: 0, gid: 0, uname: undefined, gname: undefined, mtime: 0 });
+    const dir = (type: 'dir' | 'reg') => metas.get(type, 0, 0, 0, undefined, undefined, 0);
     const root = new IndexNode('', undefined, dir('dir'));
     const a = new IndexNode('a', root, dir('dir'));
     const f = new IndexNode('f.txt', a, dir('reg'));
     expect([root.path, a.path, f.path]).toEqual(['', 'a', 'a/f.txt']);
-    const chunk = new IndexChunk({
+    const plain: Chunk = {
       fileOffset: 0,
       size: 3,
       compressedOffset: 0,
       compressedEnd: 9,
       innerOffset: 0,
       digest: sha('abc'),
-    });
+    };
+    const chunk = IndexChunk.from(plain);
+    f.size = 3;
     f.setContent([chunk], sha('abc'), true);
-    expect(f.chunks).toEqual([chunk]);
-    expect(f.chunks[0]).toBe(chunk);
+    // a one-chunk file keeps the chunk's fields, not the chunk: equal, not the same, each time
+    expect(f.chunks).toHaveLength(1);
+    expect(f.chunks[0]).toMatchObject(plain);
+    expect(f.chunks[0]).not.toBe(f.chunks[0]);
+    f.chunks[0]!.compressedEnd = 99;
+    expect(f.chunks[0]!.compressedEnd).toBe(9);
     expect(f.digest).toBe(sha('abc'));
     f.setContent([chunk], sha('whole'), false);
     expect(f.digest).toBe(sha('whole'));
+    expect(f.chunks[0]!.digest).toBe(sha('abc'));
+    // an open end is closed in the node itself
+    f.setContent([IndexChunk.from({ ...plain, compressedEnd: -1 })], undefined, false);
+    expect(f.digest).toBeUndefined();
+    f.closeOpenEnds(-1, (c) => c.compressedOffset + 5);
+    expect(f.chunks[0]!.compressedEnd).toBe(5);
+    // several chunks are kept as they are
+    const halves = [
+      IndexChunk.from({ ...plain, size: 1, compressedEnd: -1 }),
+      IndexChunk.from({ ...plain, fileOffset: 1, size: 2, compressedOffset: 4, compressedEnd: 8 }),
+    ];
+    f.setContent(halves, undefined, false);
+    expect(f.chunks).toBe(halves);
+    f.closeOpenEnds(-1, () => 4);
+    expect(halves.map((c) => c.compressedEnd)).toEqual([4, 8]);
     f.setContent([], undefined, false);
-    expect([f.chunks, f.digest]).toEqual([[], undefined]);
+    expect([f.chunks, f.digest, f.children]).toEqual([[], undefined, undefined]);
     expect(() => f.setChild('x', root)).toThrow(TypeError);
   });
 });
@@ -119,7 +148,7 @@ describe('sorted children', () => {
   test('lookups, membership and sorted iteration, from an unsorted map', () => {
     const node = (name: string) => ({ name }) as unknown as TreeNode;
     const names = ['zeta', 'alpha', 'Mid', 'beta', '\u00e9t\u00e9', 'a'];
-    const kids = new SortedChildren(new Map(names.map((n) => [n, node(n)])));
+    const kids = SortedChildren.from(new Map(names.map((n) => [n, node(n)])));
     expect(kids.size).toBe(names.length);
     expect([...kids.keys()]).toEqual([...names].sort());
     for (const n of names) {
@@ -133,7 +162,36 @@ describe('sorted children', () => {
     const seen: string[] = [];
     kids.forEach((_, n) => seen.push(n));
     expect(seen).toEqual([...names].sort());
-    expect(new SortedChildren(new Map()).get('x')).toBeUndefined();
+    expect(SortedChildren.from(new Map()).get('x')).toBeUndefined();
+    expect(() => kids.trySet('zz', node('zz'))).toThrow(TypeError);
+  });
+
+  test('while building: names in order are appended, known ones replaced, others refused', () => {
+    const node = (name: string) => ({ name }) as unknown as TreeNode;
+    const kids = new SortedChildren();
+    for (const n of ['a', 'b', 'd']) expect(kids.trySet(n, node(n))).toBe(true);
+    const b2 = node('b2');
+    expect(kids.trySet('b', b2)).toBe(true);
+    expect(kids.get('b')).toBe(b2);
+    expect(kids.trySet('c', node('c'))).toBe(false);
+    expect(kids.has('c')).toBe(false);
+    kids.fix();
+    expect([...kids.keys()]).toEqual(['a', 'b', 'd']);
+    expect(() => kids.trySet('e', node('e'))).toThrow(TypeError);
+  });
+
+  test('a directory whose names arrive out of order is a Map until it is fixed', () => {
+    const metas = new MetaTable();
+    const meta = (type: 'dir' | 'reg') => metas.get(type, 0, 0, 0, undefined, undefined, 0);
+    const dir = new IndexNode('', undefined, meta('dir'));
+    const files = ['m', 'z', 'a', 'q'].map((n) => new IndexNode(n, dir, meta('reg')));
+    for (const f of files) dir.setChild(f.name, f);
+    expect(dir.children).toBeInstanceOf(Map);
+    dir.fixChildren();
+    expect(dir.children).toBeInstanceOf(SortedChildren);
+    expect([...dir.children!.keys()]).toEqual(['a', 'm', 'q', 'z']);
+    expect(dir.children!.get('q')).toBe(files[3]);
+    expect(() => dir.setChild('b', files[0]!)).toThrow(TypeError);
   });
 
   test('a parsed tree answers the same through its compact form', async () => {
