@@ -64,6 +64,11 @@ export interface LoadOptions {
    * block from it: read-around.ts).
    */
   file?: readonly Chunk[];
+  /**
+   * Compressed bytes of this load's own network fetch as they arrive (SpanFetchOptions.onReceived).
+   * A load that asks for them is fetched on its own, not in the end-of-turn batch of on-demand reads.
+   */
+  onReceived?: (bytes: number) => void;
 }
 
 interface Pending {
@@ -229,7 +234,7 @@ export class ChunkLoader {
     );
     // prefetch runs in its own batches; bytes already in flight are joined at once, before that
     // fetch may end
-    if ((opts.priority ?? 'on-demand') !== 'on-demand' || joinNow) {
+    if ((opts.priority ?? 'on-demand') !== 'on-demand' || joinNow || opts.onReceived !== undefined) {
       void this.resolve(entries, opts);
       return;
     }
@@ -309,14 +314,23 @@ export class ChunkLoader {
       const local = missing.every((e) =>
         this.ctx.fetcher.holdsLocally(e.chunk.compressedOffset, e.chunk.compressedEnd),
       );
-      await this.ctx.runFetch(priority, () => this.fetchAndDecode(missing, priority), opts.signal, local);
+      await this.ctx.runFetch(
+        priority,
+        () => this.fetchAndDecode(missing, priority, opts.onReceived),
+        opts.signal,
+        local,
+      );
     } catch (err) {
       for (const e of missing) e.reject(err);
     }
   }
 
   /** One coalesced fetch for all `entries`, then decode + verify + cache each chunk. */
-  private async fetchAndDecode(entries: Pending[], priority: Exclude<Priority, 'background'>): Promise<void> {
+  private async fetchAndDecode(
+    entries: Pending[],
+    priority: Exclude<Priority, 'background'>,
+    onReceived?: (bytes: number) => void,
+  ): Promise<void> {
     const spans = new Map<string, PendingSpan>();
     for (const e of entries) {
       const c = e.chunk;
@@ -355,7 +369,7 @@ export class ChunkLoader {
     const signal = allAborted(all.flatMap((s) => s.entries.map((e) => e.waiters.abandoned)));
     const bufs = await this.ctx.fetcher.fetch(
       ranges.map((r) => ({ offset: r.offset, length: r.length })),
-      { priority, signal },
+      { priority, signal, onReceived },
     );
     const decodes: Array<Promise<void>> = [];
     ranges.forEach((r, i) => {

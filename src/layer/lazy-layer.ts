@@ -260,7 +260,13 @@ export class LazyLayer {
    * starts once `signal` is aborted (a running fetch completes). Rejects like read() (the caller
    * only logs: the reader's own read reports errors); no deadline, it ends when its fetch does.
    */
-  async prefetchRange(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void> {
+  async prefetchRange(
+    node: TreeNode,
+    offset: number,
+    length: number,
+    signal?: AbortSignal,
+    onProgress?: (fraction: number) => void,
+  ): Promise<void> {
     if (this.status.badError !== undefined || signal?.aborted || node.type !== 'reg') return;
     if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length <= 0) return;
     const end = Math.min(node.size, offset + length);
@@ -275,6 +281,18 @@ export class LazyLayer {
         !(this.status.wasVerified(c) && this.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd)),
     );
     if (wanted.length === 0) return;
+    // progress: the share of these chunks' compressed spans received (members shared by several
+    // chunks counted once); read-around bytes riding along may take it past 1
+    let received = 0;
+    const total = new Map(wanted.map((c) => [c.compressedOffset, c.compressedEnd - c.compressedOffset]));
+    const expected = [...total.values()].reduce((a, n) => a + n, 0);
+    const onReceived =
+      onProgress === undefined || !(expected > 0)
+        ? undefined
+        : (n: number): void => {
+            received += n;
+            onProgress(Math.min(1, received / expected));
+          };
     // On-demand tier: the reader is about to ask for these bytes. An abort (file closed, reader
     // jumped elsewhere) drops loads still queued, but a fetch already running is finished into
     // the cache on purpose, not given up: aborting it would throw away the bytes received, and a
@@ -283,7 +301,11 @@ export class LazyLayer {
     await this.loader.load(
       wanted,
       { path: node.path },
-      signal === undefined ? { file: node.chunks } : { signal, file: node.chunks },
+      {
+        file: node.chunks,
+        ...(signal !== undefined ? { signal } : {}),
+        ...(onReceived !== undefined ? { onReceived } : {}),
+      },
     );
   }
   // --- end read-ahead hook ---

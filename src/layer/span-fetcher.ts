@@ -14,6 +14,11 @@ export interface SpanFetchOptions {
   signal?: AbortSignal | undefined;
   /** Fetch from the origin: skip local compressed bytes (the DiffID re-check). */
   bypassCache?: boolean | undefined;
+  /**
+   * Compressed bytes of the network fetch this call starts, as they arrive (not those of fetches
+   * it joins, nor local bytes). Read-ahead uses it to start its next step before this one ends.
+   */
+  onReceived?: ((bytes: number) => void) | undefined;
 }
 
 export interface SpanFetcherContext {
@@ -277,11 +282,23 @@ export class SpanFetcher {
       opts.priority === 'background' && this.ctx.onCompressedBytes !== undefined
         ? new ProgressDelivery((offset, data) => this.deliver(offset, data))
         : undefined;
+    const received = opts.onReceived;
+    const onProgress =
+      progress === undefined && received === undefined
+        ? undefined
+        : (offset: number, data: Buffer): void => {
+            progress?.onProgress(offset, data);
+            try {
+              received?.(data.length);
+            } catch (err) {
+              this.ctx.logger.debug({ err }, 'progress callback failed');
+            }
+          };
     const call = this.ctx.source
       .readRanges(ranges, {
         signal: batch.ctl.signal,
         bypassCache: opts.bypassCache === true,
-        ...(progress !== undefined ? { onProgress: progress.onProgress } : {}),
+        ...(onProgress !== undefined ? { onProgress } : {}),
       })
       .then(
         (bufs) => {

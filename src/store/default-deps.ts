@@ -42,7 +42,8 @@ export function lazyLayerFactory(
       read: (node, offset, length, o) =>
         layer.read(node, offset, length, o.signal ? { signal: o.signal } : {}),
       start: () => layer.start(),
-      prefetchRange: (node, offset, length, signal) => layer.prefetchRange(node, offset, length, signal),
+      prefetchRange: (node, offset, length, signal, onProgress) =>
+        layer.prefetchRange(node, offset, length, signal, onProgress),
       state: () => {
         const s = layer.state();
         const out: ReturnType<LazyLayerLike['state']> = {

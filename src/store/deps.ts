@@ -82,7 +82,13 @@ export interface LazyLayerLike {
   /** Start prefetch and background fetch. */
   start?(): void;
   /** Fetch + verify + cache the chunks of a file range, no bytes returned (sequential read-ahead). */
-  prefetchRange?(node: TreeNode, offset: number, length: number, signal?: AbortSignal): Promise<void>;
+  prefetchRange?(
+    node: TreeNode,
+    offset: number,
+    length: number,
+    signal?: AbortSignal,
+    onProgress?: (fraction: number) => void,
+  ): Promise<void>;
   state(): LazyLayerState;
   close(): Promise<void> | void;
   /** Pinned image sets: keep every chunk out of eviction until unpin(). */

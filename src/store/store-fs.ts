@@ -89,12 +89,16 @@ export class StoreFs implements VirtualFs {
       budget = new ReadAheadBudget(policy.maxInflightBytes * LAYER_READ_AHEAD_FACTOR);
       this.budgets.set(layer, budget);
     }
-    return new FileReadAhead(node.size, (offset, length, signal) => prefetch(node, offset, length, signal), {
-      policy,
-      budget,
-      chunkEnd: chunkEndOf(node.chunks),
-      onError: (err) => this.log.debug({ err, path }, 'read-ahead step failed'),
-    });
+    return new FileReadAhead(
+      node.size,
+      (offset, length, signal, progress) => prefetch(node, offset, length, signal, progress),
+      {
+        policy,
+        budget,
+        chunkEnd: chunkEndOf(node.chunks),
+        onError: (err) => this.log.debug({ err, path }, 'read-ahead step failed'),
+      },
+    );
   }
 
   private syntheticDir(key: string): Attr {

@@ -11,6 +11,7 @@ import {
   nextWindow,
   type ReadAheadPolicy,
 } from '../../src/layer/read-ahead.js';
+import type { ByteRange, ReadRangesOptions } from '../../src/util/blob-read.js';
 import { buildFixture, mixedSpecs, TestSource, type Fixture } from './layer-fixture.js';
 import { closeTempCache, fixtureLayer, openTempCache } from './layer-harness.js';
 
@@ -23,11 +24,19 @@ class ManualLoader {
     offset: number;
     length: number;
     signal: AbortSignal;
+    progress: (fraction: number) => void;
     resolve: () => void;
     reject: (e: unknown) => void;
   }> = [];
-  readonly load = (offset: number, length: number, signal: AbortSignal): Promise<void> =>
-    new Promise<void>((resolve, reject) => this.calls.push({ offset, length, signal, resolve, reject }));
+  readonly load = (
+    offset: number,
+    length: number,
+    signal: AbortSignal,
+    progress: (fraction: number) => void,
+  ): Promise<void> =>
+    new Promise<void>((resolve, reject) =>
+      this.calls.push({ offset, length, signal, progress, resolve, reject }),
+    );
   get covered(): number {
     return this.calls.reduce((n, c) => Math.max(n, c.offset + c.length), 0);
   }
@@ -121,6 +130,38 @@ describe('FileReadAhead (scheduling, with a manual loader)', () => {
     ra.close();
     for (const c of l.calls) c.resolve();
     await ra.idle();
+  });
+
+  it('starts the next step as the running ones receive their bytes, never more than one step over the bound', async () => {
+    const l = new ManualLoader();
+    const ra = new FileReadAhead(10 * MiB, l.load, { policy });
+    for (let off = 0; off < 320 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
+    expect(l.calls).toHaveLength(3); // 192 KiB in flight: the bound
+    // no progress, or progress going backwards, changes nothing
+    l.calls[0]!.progress(0);
+    l.calls[0]!.progress(Number.NaN);
+    expect(l.calls).toHaveLength(3);
+    // half of every running step has arrived: 96 KiB still to come, room for one more step
+    for (const c of l.calls.slice(0, 3)) c.progress(0.5);
+    expect(l.calls).toHaveLength(4);
+    expect(ra.stats().inflightRemainingBytes).toBe(96 * KiB + 64 * KiB);
+    l.calls[0]!.progress(0.25); // backwards: ignored
+    expect(ra.stats().inflightRemainingBytes).toBe(160 * KiB);
+    // everything has arrived, but decoded bytes still take memory: the bound + one step at most
+    for (const c of l.calls) c.progress(1);
+    expect(l.calls).toHaveLength(4);
+    expect(ra.stats().inflightBytes).toBe(policy.maxInflightBytes + policy.stepBytes);
+    // a step settles: the next one starts
+    l.calls[0]!.resolve();
+    await new Promise((r) => setImmediate(r));
+    expect(l.calls).toHaveLength(5);
+    // progress of a settled step is ignored
+    l.calls[0]!.progress(1);
+    expect(ra.stats().peakInflightBytes).toBe(policy.maxInflightBytes + policy.stepBytes);
+    ra.close();
+    for (const c of l.calls) c.resolve();
+    await ra.idle();
+    expect(ra.stats()).toMatchObject({ inflightBytes: 0, inflightRemainingBytes: 0 });
   });
 
   it('never reads past EOF and rounds steps up to chunk ends', async () => {
@@ -401,4 +442,35 @@ describe.each(['gzip', 'zstd'] as const)('read-ahead over a real LazyLayer (%s)'
     expect(source.requestCount).toBe(1);
     expect(cache.has(node.chunks[0]!.digest) && cache.has(node.chunks[1]!.digest)).toBe(true);
   });
+
+  it("prefetchRange reports the share of its chunks' compressed bytes received, up to 1", async () => {
+    const fx = buildFixture(specs(), compression);
+    const source = new ArrivingSource(fx.blob);
+    const l = setup(fx, source);
+    const node = fx.nodes.get('model')!;
+    const seen: number[] = [];
+    await l.prefetchRange(node, chunkSize * 4, chunkSize * 3, undefined, (f) => seen.push(f));
+    expect(source.requestCount).toBe(1);
+    expect(seen.length).toBeGreaterThan(0);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!).toBeGreaterThanOrEqual(seen[i - 1]!);
+    expect(seen[seen.length - 1]).toBe(1);
+    // chunks already cached: nothing fetched, nothing reported
+    seen.length = 0;
+    await l.prefetchRange(node, chunkSize * 4, chunkSize * 3, undefined, (f) => seen.push(f));
+    expect(source.requestCount).toBe(1);
+    expect(seen).toEqual([]);
+  });
 });
+
+/** A TestSource that reports each range's bytes through onProgress before answering, as sockets do. */
+class ArrivingSource extends TestSource {
+  override async readRanges(ranges: readonly ByteRange[], opts: ReadRangesOptions): Promise<Buffer[]> {
+    const bufs = await super.readRanges(ranges, opts);
+    bufs.forEach((b, i) => {
+      const half = Math.floor(b.length / 2);
+      opts.onProgress?.(ranges[i]!.offset, b.subarray(0, half));
+      opts.onProgress?.(ranges[i]!.offset + half, b.subarray(half));
+    });
+    return bufs;
+  }
+}
