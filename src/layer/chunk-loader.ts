@@ -26,7 +26,7 @@ export interface LoaderContext {
    * held by the local compressed store, no network needed (on-demand work then preempts nothing).
    */
   runFetch<T>(
-    priority: Exclude<Priority, 'background'>,
+    priority: Exclude<Priority, 'background'> | 'read-ahead',
     fn: () => Promise<T>,
     signal?: AbortSignal,
     local?: boolean,
@@ -52,6 +52,11 @@ export { READ_AROUND_BYTES, MAX_READ_AROUND_BYTES } from './read-around.js';
 /** How a load is run: its priority tier and an optional signal (only waiting is cancelled). */
 export interface LoadOptions {
   priority?: Exclude<Priority, 'background'>;
+  /**
+   * An on-demand load for a sequential reader's next bytes (read-ahead): fetched like one, but in
+   * the scheduler's read-ahead tier, which does not hold prefetch back.
+   */
+  readAhead?: boolean;
   signal?: AbortSignal;
   /**
    * The caller stops waiting (a read's deadline or interrupt): a chunk every waiter gave up on
@@ -234,7 +239,12 @@ export class ChunkLoader {
     );
     // prefetch runs in its own batches; bytes already in flight are joined at once, before that
     // fetch may end
-    if ((opts.priority ?? 'on-demand') !== 'on-demand' || joinNow || opts.onReceived !== undefined) {
+    if (
+      (opts.priority ?? 'on-demand') !== 'on-demand' ||
+      joinNow ||
+      opts.onReceived !== undefined ||
+      opts.readAhead === true
+    ) {
       void this.resolve(entries, opts);
       return;
     }
@@ -315,7 +325,7 @@ export class ChunkLoader {
         this.ctx.fetcher.holdsLocally(e.chunk.compressedOffset, e.chunk.compressedEnd),
       );
       await this.ctx.runFetch(
-        priority,
+        priority === 'on-demand' && opts.readAhead === true ? 'read-ahead' : priority,
         () => this.fetchAndDecode(missing, priority, opts.onReceived),
         opts.signal,
         local,

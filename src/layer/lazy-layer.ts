@@ -93,7 +93,9 @@ export class LazyLayer {
       runFetch: (priority, fn, signal, local) =>
         priority === 'prefetch'
           ? this.scheduler.prefetch(fn, signal)
-          : this.scheduler.foreground(fn, local !== true),
+          : priority === 'read-ahead'
+            ? this.scheduler.readAhead(fn, local !== true)
+            : this.scheduler.foreground(fn, local !== true),
       onVerified: (c) => this.status.markVerified(c),
       wasVerified: (c) => this.status.wasVerified(c),
       neighbours: () => this.planCache?.chunks,
@@ -206,10 +208,9 @@ export class LazyLayer {
         this.served(chunks, offset, end);
         return hit;
       }
-      const bufs = await this.loader.load(
-        chunks,
-        { path: node.path },
-        { giveUp: gaveUp.signal, file: node.chunks },
+      // waiting, also on a read-ahead fetch it joined: prefetch holds back meanwhile
+      const bufs = await this.scheduler.onDemand(() =>
+        this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal, file: node.chunks }),
       );
       if (this.status.badError !== undefined) throw this.status.badError;
       const out = assemble(node, chunks, bufs, offset, end, ctx);
@@ -303,6 +304,7 @@ export class LazyLayer {
       { path: node.path },
       {
         file: node.chunks,
+        readAhead: true,
         ...(signal !== undefined ? { signal } : {}),
         ...(onReceived !== undefined ? { onReceived } : {}),
       },

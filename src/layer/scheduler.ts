@@ -132,9 +132,27 @@ export class FetchScheduler {
    * either way.
    */
   async foreground<T>(fn: () => Promise<T>, preempt = true): Promise<T> {
+    return await this.onDemand(() => this.claimForeground(fn, preempt));
+  }
+
+  /**
+   * Read-ahead: fetched like an on-demand read (preempting background work), but speculative, so
+   * it does not hold the prefetch tier back; a reader that catches up with it waits through
+   * onDemand() and holds prefetch back then. Prefetch waiting behind every read-ahead step kept
+   * a container's start-up prefetch back while its entrypoint read one file sequentially.
+   */
+  async readAhead<T>(fn: () => Promise<T>, preempt = true): Promise<T> {
+    return await this.claimForeground(fn, preempt);
+  }
+
+  /**
+   * A reader waits for `fn` (a read, whether it fetches, joins a fetch in flight, or reads the
+   * cache): prefetch batches do not start meanwhile. Counts nothing else.
+   */
+  async onDemand<T>(fn: () => Promise<T>): Promise<T> {
     this.onDemandCount++;
     try {
-      return await this.claimForeground(fn, preempt);
+      return await fn();
     } finally {
       this.onDemandCount--;
       this.wake();

@@ -214,6 +214,49 @@ describe('FetchScheduler', () => {
     expect(bgRan).toBe(true);
   });
 
+  it('read-ahead preempts background but does not hold prefetch back; a reader waiting does', async () => {
+    const s = new FetchScheduler({ quietMs: 0 });
+    const events: string[] = [];
+    // background running: read-ahead takes the network back from it
+    const bgGate = gate();
+    let bgSignal: AbortSignal | undefined;
+    let bgRuns = 0;
+    const bg = s.background(async (signal) => {
+      bgRuns++;
+      bgSignal = signal;
+      if (bgRuns === 1)
+        await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+      await bgGate.wait;
+    });
+    await settle();
+    const raGate = gate();
+    const ra = s.readAhead(async () => {
+      events.push('read-ahead');
+      await raGate.wait;
+    });
+    await settle();
+    expect(bgSignal?.reason).toBeInstanceOf(Preempted);
+    // prefetch starts while the read-ahead step is in flight
+    const pf = s.prefetch(async () => {
+      events.push('prefetch');
+    });
+    await pf;
+    expect(events).toEqual(['read-ahead', 'prefetch']);
+    // a reader waiting (here on the read-ahead step) holds the next prefetch back
+    const reader = s.onDemand(() => ra);
+    const pf2 = s.prefetch(async () => {
+      events.push('prefetch 2');
+    });
+    await settle();
+    expect(events).toEqual(['read-ahead', 'prefetch']);
+    raGate.open();
+    await Promise.all([reader, pf2]);
+    expect(events).toEqual(['read-ahead', 'prefetch', 'prefetch 2']);
+    bgGate.open();
+    await bg;
+    expect(bgRuns).toBe(2); // preempted once, then re-run
+  });
+
   it('background bandwidth is paced on the injected clock', async () => {
     const clock = new ManualClock();
     const s = new FetchScheduler({ quietMs: 0, clock, bandwidthBytesPerSec: 1000 });
