@@ -102,6 +102,7 @@ describe('FileReadAhead (scheduling, with a manual loader)', () => {
     stepBytes: 64 * KiB,
     maxInflightBytes: 192 * KiB,
     slackBytes: 128 * KiB,
+    earlyStartRoundTripMs: 10,
   };
 
   it('waits for the trigger, then keeps the window ahead within the in-flight bound', async () => {
@@ -132,15 +133,17 @@ describe('FileReadAhead (scheduling, with a manual loader)', () => {
     await ra.idle();
   });
 
-  it('starts the next step as the running ones receive their bytes, never more than one step over the bound', async () => {
+  it('on a slow link, starts the next step as the running ones receive their bytes, never more than one step over the bound', async () => {
     const l = new ManualLoader();
-    const ra = new FileReadAhead(10 * MiB, l.load, { policy });
+    let now = 0;
+    const ra = new FileReadAhead(10 * MiB, l.load, { policy, now: () => now });
     for (let off = 0; off < 320 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
     expect(l.calls).toHaveLength(3); // 192 KiB in flight: the bound
     // no progress, or progress going backwards, changes nothing
     l.calls[0]!.progress(0);
     l.calls[0]!.progress(Number.NaN);
     expect(l.calls).toHaveLength(3);
+    now += 30; // the first bytes took 30 ms: a slow link
     // half of every running step has arrived: 96 KiB still to come, room for one more step
     for (const c of l.calls.slice(0, 3)) c.progress(0.5);
     expect(l.calls).toHaveLength(4);
@@ -162,6 +165,25 @@ describe('FileReadAhead (scheduling, with a manual loader)', () => {
     for (const c of l.calls) c.resolve();
     await ra.idle();
     expect(ra.stats()).toMatchObject({ inflightBytes: 0, inflightRemainingBytes: 0 });
+  });
+
+  it('on a fast link, a step starts only when a running one is done', async () => {
+    const l = new ManualLoader();
+    let now = 0;
+    const ra = new FileReadAhead(10 * MiB, l.load, { policy, now: () => now });
+    for (let off = 0; off < 320 * KiB; off += 32 * KiB) ra.onRead(off, 32 * KiB);
+    expect(l.calls).toHaveLength(3);
+    now += 2; // first bytes after 2 ms
+    for (const c of l.calls) c.progress(1);
+    expect(ra.stats().roundTripMs).toBe(2);
+    expect(l.calls).toHaveLength(3); // everything arrived, nothing settled: still the bound
+    l.calls[1]!.resolve();
+    await new Promise((r) => setImmediate(r));
+    expect(l.calls).toHaveLength(4);
+    expect(ra.stats().peakInflightBytes).toBe(policy.maxInflightBytes);
+    ra.close();
+    for (const c of l.calls) c.resolve();
+    await ra.idle();
   });
 
   it('never reads past EOF and rounds steps up to chunk ends', async () => {
