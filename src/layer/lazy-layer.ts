@@ -198,6 +198,7 @@ export class LazyLayer {
       this.served(chunks, offset, end);
       return out;
     }
+    // the path is spelled from the tree's parents: once per read that is not a memory hit
     const ctx = { ...this.context, path: node.path, offset };
     // aborted when this read stops waiting (deadline, interrupt): a fetch nobody else waits for
     // stops; a read failing on one chunk leaves its other chunks' fetches to fill the cache
@@ -210,7 +211,7 @@ export class LazyLayer {
       }
       // waiting, also on a read-ahead fetch it joined: prefetch holds back meanwhile
       const bufs = await this.scheduler.onDemand(() =>
-        this.loader.load(chunks, { path: node.path }, { giveUp: gaveUp.signal, file: node.chunks }),
+        this.loader.load(chunks, { path: ctx.path }, { giveUp: gaveUp.signal, file: node.chunks }),
       );
       if (this.status.badError !== undefined) throw this.status.badError;
       const out = assemble(node, chunks, bufs, offset, end, ctx);
@@ -294,11 +295,12 @@ export class LazyLayer {
             received += n;
             onProgress(Math.min(1, received / expected));
           };
-    // On-demand tier: the reader is about to ask for these bytes. An abort (file closed, reader
-    // jumped elsewhere) drops loads still queued, but a fetch already running is finished into
-    // the cache on purpose, not given up: aborting it would throw away the bytes received, and a
-    // reader coming back fetches them again (measured: +19% registry bytes in the mixed
-    // sequential/random test of store-fs-read-ahead.test.ts). It ends within the request timeout.
+    // Read-ahead tier (fetched like an on-demand read, without holding prefetch back): the reader
+    // is about to ask for these bytes. An abort (file closed, reader jumped elsewhere) drops loads
+    // still queued, but a fetch already running is finished into the cache on purpose, not given
+    // up: aborting it would throw away the bytes received, and a reader coming back fetches them
+    // again (measured: +19% registry bytes in the mixed sequential/random test of
+    // store-fs-read-ahead.test.ts). It ends within the request timeout.
     await this.loader.load(
       wanted,
       { path: node.path },
