@@ -6,6 +6,7 @@
  */
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { StoreError } from '../util/errors.js';
+import { isSha256 } from './index-chunk.js';
 
 /**
  * Cooperative slicing for long loops on the main thread: `tick()` gives the event loop a turn
@@ -125,7 +126,6 @@ function fieldOf(key: string): Field {
   return FIELDS.get(key.toLowerCase());
 }
 const TYPE_SET: ReadonlySet<string> = new Set(ENTRY_TYPES);
-const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
 const BASE64_RE = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 function bad(index: number, message: string): StoreError {
@@ -196,10 +196,10 @@ export function parseEntry(raw: unknown, index: number): TocEntry {
   if (e.groupName === '') e.groupName = undefined;
   if (e.chunkType === '') e.chunkType = undefined;
   if (e.endOffset === 0) e.endOffset = undefined;
-  if (e.digest !== undefined && !DIGEST_RE.test(e.digest)) throw bad(index, 'digest is not a sha256 digest');
+  if (e.digest !== undefined && !isSha256(e.digest)) throw bad(index, 'digest is not a sha256 digest');
   // writers repeat the file digest as chunkDigest of a one-chunk file: check and keep it once
   if (e.chunkDigest !== undefined && e.chunkDigest === e.digest) e.chunkDigest = e.digest;
-  else if (e.chunkDigest !== undefined && !DIGEST_RE.test(e.chunkDigest)) {
+  else if (e.chunkDigest !== undefined && !isSha256(e.chunkDigest)) {
     throw bad(index, 'chunkDigest is not a sha256 digest');
   }
   if (e.chunkType !== undefined && e.chunkType !== 'zeros') {

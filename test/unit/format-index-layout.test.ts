@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
-import { digestKey, IndexChunk, packDigest, unpackDigest } from '../../src/format/index-chunk.js';
+import { digestKey, IndexChunk, isSha256, packDigest, unpackDigest } from '../../src/format/index-chunk.js';
 import { IndexNode, MetaTable } from '../../src/format/index-node.js';
 import { lookupPath, type Chunk, type TreeNode } from '../../src/format/model.js';
 import { SortedChildren } from '../../src/format/sorted-children.js';
@@ -33,6 +33,22 @@ describe('packed chunk digests', () => {
       expect(packDigest(d)).toBe(d);
       expect(unpackDigest(packDigest(d))).toBe(d);
     }
+  });
+
+  test('isSha256 accepts exactly the canonical form, and remembered packings never mix digests up', () => {
+    const a = sha('a');
+    const b = sha('b');
+    const c = sha('c');
+    // interleaved past the two remembered results, repeats and rejects in between
+    for (const d of [a, b, a, c, b, 'sha256:' + 'A'.repeat(64), a, c, c, b]) {
+      const expected = /^sha256:[0-9a-f]{64}$/.test(d);
+      expect(isSha256(d)).toBe(expected);
+      const packed = packDigest(d);
+      expect(unpackDigest(packed)).toBe(d);
+      if (expected) expect(Buffer.from(packed, 'latin1').toString('hex')).toBe(d.slice(7));
+    }
+    expect(isSha256('sha256:' + 'a'.repeat(63))).toBe(false);
+    expect(isSha256('a'.repeat(32))).toBe(false); // as long as a packed digest
   });
 
   test('an IndexChunk answers its digest spelled out, and digestKey agrees with plain chunks', () => {
