@@ -15,7 +15,7 @@ import { Lru } from '../util/lru.js';
  * the file system does not see is caught by that whole-file hash on the first read after each
  * start, as before.
  */
-/** Files remembered at most (about 150 bytes each); beyond it the oldest is hashed again. */
+/** Files remembered at most (about 150 bytes each with the key); beyond it the oldest is hashed again. */
 const MAX_STAMPS = 200_000;
 /**
  * Read handles kept open. A sequential reader takes a 4 MiB chunk in 32 FUSE reads of 128 KiB:
@@ -150,5 +150,22 @@ function closeHandle(h: Handle): void {
 
 /** Identity and change state of a file (one compact string per remembered file). */
 export function stampOf(st: BigIntStats): string {
-  return `${st.dev}:${st.ino}:${st.size}:${st.ctimeNs}:${st.mtimeNs}`;
+  // 40 raw bytes in a flat one-byte string (~56 B on the heap): the same fields as decimal text
+  // joined with colons made a rope of ~14 strings, ~360 B per remembered file (7 MB of heap per
+  // 20,000 verified chunk files, measured).
+  try {
+    STAMP.writeBigUInt64LE(st.dev, 0);
+    STAMP.writeBigUInt64LE(st.ino, 8);
+    STAMP.writeBigUInt64LE(st.size, 16);
+    STAMP.writeBigInt64LE(st.ctimeNs, 24);
+    STAMP.writeBigInt64LE(st.mtimeNs, 32);
+  } catch {
+    // a field beyond 64 bits (libuv gives none): spelled out after a character no packed stamp
+    // (latin1 only) holds, so the two forms never compare equal
+    return `\u0100${st.dev}:${st.ino}:${st.size}:${st.ctimeNs}:${st.mtimeNs}`;
+  }
+  return STAMP.toString('latin1');
 }
+
+/** Scratch for stampOf (synchronous: one buffer serves every call). */
+const STAMP = Buffer.alloc(40);

@@ -10,6 +10,7 @@ import { Slicer, type TocEntry } from './toc.js';
 import { cleanEntryName, splitParent } from './toc-names.js';
 import { bad, buildChunks, checkSpan, nextStart, OPEN_END, type OpenFile } from './toc-chunks.js';
 import { NumberList } from '../util/number-list.js';
+import { ownString } from '../util/own-string.js';
 
 export const PREFETCH_LANDMARK = '.prefetch.landmark';
 export const NO_PREFETCH_LANDMARK = '.no.prefetch.landmark';
@@ -59,17 +60,6 @@ function convertModTime(text: string): number {
     seconds += m[8] === '+' ? -offset : offset;
   }
   return Number.isFinite(seconds) && seconds > GO_ZERO_TIME ? seconds : 0;
-}
-
-/**
- * A copy of a name that does not keep the string it was cut from alive. A base name sliced from
- * an entry's path is a view of the whole path (V8 slices strings of 13 or more characters),
- * which the node would then keep: ~54 B per node. toLowerCase() of a lowercase string is a
- * fresh copy (~90 ns; a Buffer round trip takes ~500); a name with capitals keeps its view.
- */
-function ownString(name: string): string {
-  const copy = name.toLowerCase();
-  return copy === name ? copy : name;
 }
 
 interface PendingLink {

@@ -1,4 +1,5 @@
 import { StoreError, type ErrorContext } from './errors.js';
+import { ownString } from './own-string.js';
 
 /**
  * THE digest rules of the store, and the `Digest` type that says "already checked": a string that
@@ -48,5 +49,6 @@ export function digestHex(digest: string): string {
       digest: digest.slice(0, 80),
     });
   }
-  return m[1]!;
+  // a flat copy, not a view of the digest: the hex is kept as a key of the cache's indexes
+  return ownString(m[1]!);
 }

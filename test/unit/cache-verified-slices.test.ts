@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ChunkCache } from '../../src/cache/index.js';
+import { stampOf } from '../../src/cache/verified-files.js';
 
 const digestOf = (b: Buffer): string => 'sha256:' + createHash('sha256').update(b).digest('hex');
 
@@ -187,5 +188,29 @@ describe('ChunkCache.readSlice', () => {
     await rm(file);
     expect((await slice(c, d, 150_000, 0, 64)).ok).toBe(false);
     expect(c.hasVerified(d)).toBe(false);
+  });
+});
+
+describe('stampOf', () => {
+  const stat = (over: Partial<Record<'dev' | 'ino' | 'size' | 'ctimeNs' | 'mtimeNs', bigint>> = {}) =>
+    ({ dev: 2049n, ino: 123456n, size: 4194304n, ctimeNs: 1795895535216100302n, mtimeNs: 1795895535216100302n, ...over }) as never;
+
+  it('is equal for equal stats and differs when any field moves, by one unit or past 32 bits', () => {
+    const base = stampOf(stat());
+    expect(stampOf(stat())).toBe(base);
+    for (const k of ['dev', 'ino', 'size', 'ctimeNs', 'mtimeNs'] as const) {
+      const v = (stat() as unknown as Record<string, bigint>)[k]!;
+      expect(stampOf(stat({ [k]: v + 1n }))).not.toBe(base);
+      expect(stampOf(stat({ [k]: v + (1n << 40n) }))).not.toBe(base);
+    }
+    // times before 1970 are negative
+    expect(stampOf(stat({ ctimeNs: -5n }))).not.toBe(stampOf(stat({ ctimeNs: 5n })));
+  });
+
+  it('a field beyond 64 bits is spelled out and never equals a packed stamp', () => {
+    const huge = stampOf(stat({ ino: 1n << 70n }));
+    expect(huge).toContain(String(1n << 70n));
+    expect(huge).not.toBe(stampOf(stat()));
+    expect(stampOf(stat())).toHaveLength(40);
   });
 });
