@@ -338,18 +338,21 @@ export class ChunkCache {
    * readers use. `disk: false` skips the disk when the memory LRU kept the chunk: the caller holds
    * its compressed bytes locally and a pass that persists chunks (the background pass) writes it
    * later. A chunk the LRU does not keep (too large, no budget) is written all the same.
+   * Resolves whether the cache keeps a reference to `data` (the memory LRU holds it): when not,
+   * the caller may release the buffer (util/release-buffer.ts), the disk write being done.
    */
-  async put(digest: string, data: Buffer, opts: { memory?: boolean; disk?: boolean } = {}): Promise<void> {
+  async put(digest: string, data: Buffer, opts: { memory?: boolean; disk?: boolean } = {}): Promise<boolean> {
     const hex = digestHex(digest);
     const inMemory = opts.memory !== false && this.memory.set(hex, data);
-    if (this.closed || (opts.disk === false && inMemory)) return;
+    if (this.closed || (opts.disk === false && inMemory)) return inMemory;
     if (this.index.has(hex)) {
       this.index.touch(hex);
-      return;
+      return inMemory;
     }
     await this.writes.run(hex, () => this.write(hex, data));
     // not written (no room, all pinned, an I/O error): a verified chunk is kept in memory at least
-    if (opts.memory === false && !this.index.has(hex)) this.memory.set(hex, data);
+    if (opts.memory === false && !this.index.has(hex)) return this.memory.set(hex, data);
+    return inMemory;
   }
 
   private async write(hex: string, data: Buffer): Promise<void> {

@@ -5,6 +5,7 @@ import { raceAbort } from '../util/abort.js';
 import { crashPoint } from '../util/crash-points.js';
 import { StoreError, type ErrorContext } from '../util/errors.js';
 import { recordBackgroundBytes } from '../util/metrics.js';
+import { releaseBuffer } from '../util/release-buffer.js';
 import { StreamDigest, type StreamDigestResult } from './diffid.js';
 import type { FetchUnit } from './plan.js';
 import type { FetchScheduler } from './scheduler.js';
@@ -167,7 +168,8 @@ async function decodeUnit(
         continue;
       }
       ctx.onVerified(group[i]!);
-      await ctx.cache.put(group[i]!.digest, r, { memory: false });
+      // written to disk and nobody else holds it: its memory goes now, not at the next collection
+      if (!(await ctx.cache.put(group[i]!.digest, r, { memory: false }))) releaseBuffer(r);
     }
   }
   return errors;

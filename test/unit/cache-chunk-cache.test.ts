@@ -151,7 +151,8 @@ describe('ChunkCache', () => {
     const writing = cache.put(digest, cold, { memory: false });
     // present while its write runs: nobody fetches or decodes it again meanwhile
     expect(cache.has(digest)).toBe(true);
-    await writing;
+    // written, not kept: the caller may release the buffer
+    expect(await writing).toBe(false);
     expect(cache.getMemory(digest)).toBeUndefined();
     expect(cache.getMemory(digestOf(hot))?.equals(hot)).toBe(true);
     expect((await readFile(chunkPath(root, digest))).equals(cold)).toBe(true);
@@ -162,7 +163,8 @@ describe('ChunkCache', () => {
   it('a put without disk stays in memory only, unless the LRU cannot keep it; persist() writes it later', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
     const small = randomBytes(10_000);
-    await cache.put(digestOf(small), small, { disk: false });
+    // kept by the memory LRU: the caller must not release it
+    expect(await cache.put(digestOf(small), small, { disk: false })).toBe(true);
     expect(cache.onDisk(digestOf(small))).toBe(false);
     // larger than a quarter of the LRU: not kept in memory, so written all the same
     const large = randomBytes(300_000);

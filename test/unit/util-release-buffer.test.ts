@@ -1,0 +1,35 @@
+/**
+ * releaseBuffer frees a dead Buffer's memory at once, and only a Buffer that is the whole of its
+ * ArrayBuffer: never a slice of Node's shared pool or of a larger buffer whose other bytes
+ * someone else still reads.
+ */
+import { describe, expect, it } from 'vitest';
+import { releaseBuffer } from '../../src/util/release-buffer.js';
+
+describe('releaseBuffer', () => {
+  it('detaches a Buffer that owns its whole ArrayBuffer: it reads as empty afterwards', () => {
+    const b = Buffer.allocUnsafeSlow(256 * 1024).fill(7);
+    const view = b.subarray(10, 20);
+    expect(releaseBuffer(b)).toBe(true);
+    expect(b.length).toBe(0);
+    expect(view.length).toBe(0); // every view reads nothing, never other bytes
+    expect(releaseBuffer(b)).toBe(false); // already released
+  });
+
+  it('leaves alone views of a larger buffer and slices of the shared allocation pool', () => {
+    const big = Buffer.alloc(64 * 1024, 1);
+    const part = big.subarray(0, 1024);
+    const tail = big.subarray(1024);
+    expect(releaseBuffer(part)).toBe(false);
+    expect(releaseBuffer(tail)).toBe(false);
+    expect(big.length).toBe(64 * 1024);
+    expect(big[5]).toBe(1);
+
+    const a = Buffer.from('neighbour one');
+    const pooled = Buffer.from('neighbour two');
+    expect(a.buffer).toBe(pooled.buffer); // both from Node's pool
+    expect(releaseBuffer(pooled)).toBe(false);
+    expect(a.toString()).toBe('neighbour one');
+    expect(releaseBuffer(Buffer.alloc(0))).toBe(false);
+  });
+});
