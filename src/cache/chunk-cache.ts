@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
+import { gcPacer } from '../util/gc-pacer.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { SingleFlight } from '../util/single-flight.js';
@@ -26,6 +27,13 @@ export interface ChunkCacheOptions {
   maxEntries?: number;
   /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (32 MiB). */
   memoryBytes?: number;
+  /**
+   * Memory LRU entries unused this long leave once their chunk is on disk (checked every half of
+   * it; 0: never). Default CACHE_DEFAULTS (30 s).
+   */
+  memoryIdleMs?: number;
+  /** Monotonic clock in ms for the memory LRU's idle check (tests inject one). */
+  now?: () => number;
   /** Minimum interval between statfs calls. Default 1000 ms. */
   statfsIntervalMs?: number;
   logger?: Logger;
@@ -82,6 +90,8 @@ export class ChunkCache {
   private readonly tmpPrefix = `${process.pid}-${randomBytes(4).toString('hex')}-`;
   private tmpCounter = 0;
   private readonly knownDirs = new Set<string>();
+  private readonly memoryIdleMs: number;
+  private idleTimer: NodeJS.Timeout | undefined;
   /** Chunk files verified by this process: slices of them are read without re-hashing. */
   private readonly verified: VerifiedFiles;
   private readonly reads = new SingleFlight<string, Buffer | undefined>();
@@ -112,7 +122,8 @@ export class ChunkCache {
     };
     this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
-    this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes);
+    this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes, opts.now);
+    this.memoryIdleMs = opts.memoryIdleMs ?? CACHE_DEFAULTS.memoryIdleMs;
     this.verified = new VerifiedFiles(bounds.maxEntries);
     for (const [k, v] of Object.entries(bounds)) {
       if (!Number.isFinite(v) || v < 0)
@@ -133,6 +144,10 @@ export class ChunkCache {
   /** Creates the directories and starts the index scan in the background (not awaited). */
   static async open(opts: ChunkCacheOptions): Promise<ChunkCache> {
     const cache = new ChunkCache(opts);
+    if (cache.memoryIdleMs > 0) {
+      cache.idleTimer = setInterval(() => cache.dropIdleMemory(), Math.max(1000, cache.memoryIdleMs / 2));
+      cache.idleTimer.unref();
+    }
     await mkdir(cache.paths.chunks, { recursive: true, mode: 0o700 });
     await mkdir(cache.paths.tmp, { recursive: true, mode: 0o700 });
     cache.scanPromise = cache.scan().catch((err: unknown) => {
@@ -449,8 +464,25 @@ export class ChunkCache {
   }
 
   /** Wait for pending writes and evictions and stop the scan. The cache stays readable. */
+  /**
+   * Drop the memory LRU's entries unused for `memoryIdleMs` whose chunk is on disk (a later read
+   * costs a chunk-file read, never a decode or a fetch), then collect the garbage they became: an
+   * idle store decodes nothing, so no paced collection would come. Returns the bytes dropped.
+   */
+  dropIdleMemory(): number {
+    if (this.closed || !(this.memoryIdleMs > 0)) return 0;
+    const bytes = this.memory.dropUnused(this.memoryIdleMs, (hex) => this.index.has(hex));
+    if (bytes > 0) {
+      gcPacer.note(bytes);
+      gcPacer.collectPending();
+      this.logger.debug({ bytes }, 'idle chunks left the memory LRU');
+    }
+    return bytes;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    if (this.idleTimer !== undefined) clearInterval(this.idleTimer);
     try {
       await this.flush();
       await this.scanPromise;

@@ -1,9 +1,10 @@
 import { Lru } from '../util/lru.js';
 
-/** A kept buffer and how many of its bytes no reader has taken yet. */
+/** A kept buffer, how many of its bytes no reader has taken yet, and when it was last used. */
 interface Entry {
   buf: Buffer;
   unread: number;
+  usedAt: number;
 }
 
 /**
@@ -14,7 +15,11 @@ interface Entry {
 export class MemoryLru {
   private readonly lru: Lru<string, Entry>;
 
-  constructor(private readonly maxBytes: number) {
+  /** `now`: a monotonic clock in ms for `dropUnused` (tests inject one). */
+  constructor(
+    private readonly maxBytes: number,
+    private readonly now: () => number = () => performance.now(),
+  ) {
     this.lru = new Lru({ maxSize: maxBytes, sizeOf: (e) => e.buf.length });
   }
 
@@ -33,7 +38,10 @@ export class MemoryLru {
   }
 
   get(key: string): Buffer | undefined {
-    return this.lru.get(key)?.buf;
+    const e = this.lru.get(key);
+    if (e === undefined) return undefined;
+    e.usedAt = this.now();
+    return e.buf;
   }
 
   /** The buffer without touching its recency. */
@@ -49,8 +57,26 @@ export class MemoryLru {
   set(key: string, buf: Buffer): boolean {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
     if (buf.length > this.maxBytes / 4) return false;
-    this.lru.set(key, { buf: ownedCopy(buf), unread: buf.length });
+    this.lru.set(key, { buf: ownedCopy(buf), unread: buf.length, usedAt: this.now() });
     return true;
+  }
+
+  /**
+   * Drop the entries unused for `idleMs` or more that `mayDrop` allows (the caller's rule: another
+   * copy exists). Returns the bytes dropped.
+   */
+  dropUnused(idleMs: number, mayDrop: (key: string) => boolean): number {
+    const cutoff = this.now() - idleMs;
+    const gone: string[] = [];
+    let bytes = 0;
+    for (const [key, e] of this.lru.entries()) {
+      if (e.usedAt <= cutoff && mayDrop(key)) {
+        gone.push(key);
+        bytes += e.buf.length;
+      }
+    }
+    for (const key of gone) this.lru.delete(key);
+    return bytes;
   }
 
   /**
@@ -61,6 +87,7 @@ export class MemoryLru {
   consume(key: string, bytes: number): boolean {
     const e = this.lru.peek(key);
     if (e === undefined || !(bytes > 0)) return false;
+    e.usedAt = this.now();
     e.unread -= bytes;
     return e.unread <= 0;
   }

@@ -63,6 +63,19 @@ export class GcPacer {
     this.collect();
   }
 
+  /**
+   * Collect now if any counted bytes wait for a collection: for garbage made while the store goes
+   * idle (no decoding follows to reach the pace, so it would otherwise stay until the next burst).
+   * True when it collected.
+   */
+  collectPending(): boolean {
+    if (this.collect === undefined || this.since === 0) return false;
+    this.since = 0;
+    this.due = this.paceBytes;
+    this.collect();
+    return true;
+  }
+
   /** Bytes counted since the last paced collection (tests). */
   get pending(): number {
     return this.since;

@@ -125,6 +125,29 @@ describe('ChunkCache', () => {
     }
   });
 
+  it('memory entries unused for memoryIdleMs leave once their chunk is on disk; used or memory-only ones stay', async () => {
+    let now = 0;
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryIdleMs: 1000, now: () => now });
+    const onDisk = randomBytes(5000);
+    const used = randomBytes(6000);
+    const memoryOnly = randomBytes(7000);
+    await cache.put(digestOf(onDisk), onDisk);
+    await cache.put(digestOf(used), used);
+    expect(await cache.put(digestOf(memoryOnly), memoryOnly, { disk: false })).toBe(true);
+    now = 900;
+    expect(cache.getMemory(digestOf(used))?.equals(used)).toBe(true); // used 100 ms before the check
+    now = 1000;
+    cache.dropIdleMemory();
+    expect(cache.getMemory(digestOf(onDisk))).toBeUndefined();
+    expect(cache.getMemory(digestOf(used))?.equals(used)).toBe(true);
+    // its only decoded copy: kept however long unused (the background pass persists it)
+    expect(cache.getMemory(digestOf(memoryOnly))?.equals(memoryOnly)).toBe(true);
+    // the dropped one is still served, from its file, without a fetch
+    expect((await cache.get(digestOf(onDisk)))?.equals(onDisk)).toBe(true);
+    await cache.close();
+    expect(cache.dropIdleMemory()).toBe(0); // closed: nothing more happens
+  });
+
   it('stores a chunk content-addressed, mode 0600, byte-exact, and serves it back', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(100_000);

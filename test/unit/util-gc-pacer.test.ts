@@ -23,6 +23,20 @@ describe('GcPacer', () => {
     expect(collect).toHaveBeenCalledTimes(2);
   });
 
+  it('collectPending collects only bytes counted since the last collection, then counts afresh', () => {
+    const collect = vi.fn();
+    const p = new GcPacer(100, collect);
+    expect(p.collectPending()).toBe(false); // nothing counted: no pause for nothing
+    p.note(30);
+    expect(p.collectPending()).toBe(true);
+    expect(collect).toHaveBeenCalledTimes(1);
+    expect(p.pending).toBe(0);
+    expect(p.collectPending()).toBe(false);
+    p.note(99);
+    expect(collect).toHaveBeenCalledTimes(1); // the pace starts again from zero
+    expect(new GcPacer(100, undefined).collectPending()).toBe(false); // no gc exposed
+  });
+
   it('waits for half a live heap of bytes when the heap is large (a full GC costs in proportion to it)', () => {
     const collect = vi.fn();
     let heap = 1000;
