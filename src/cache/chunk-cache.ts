@@ -3,6 +3,7 @@ import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
 import { gcPacer } from '../util/gc-pacer.js';
+import { releaseBuffer } from '../util/release-buffer.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { SingleFlight } from '../util/single-flight.js';
@@ -98,6 +99,13 @@ export class ChunkCache {
   private readonly writes = new SingleFlight<string, void>();
   private scanned = false;
   private closed = false;
+  /** Buffers the memory LRU let go of, released at the next turn of the event loop (`retire`). */
+  private retired: Array<{ hex: string; buf: Buffer }> = [];
+  private retireArmed = false;
+  /** Readers holding chunk buffers across turns of the event loop, per chunk (`borrow`). */
+  private readonly borrowed = new Map<string, number>();
+  /** Buffers that left the LRU while borrowed: released when the last borrower is done. */
+  private readonly heldBack = new Map<string, Buffer[]>();
   private scanPromise: Promise<void> = Promise.resolve();
   /** Failed disk writes: one warning per condition (ENOSPC, EROFS...), counters for metrics. */
   readonly writeFaults = new WriteFaults({
@@ -122,7 +130,9 @@ export class ChunkCache {
     };
     this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
-    this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes, opts.now);
+    this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes, opts.now, (hex, buf) =>
+      this.retire(hex, buf),
+    );
     this.memoryIdleMs = opts.memoryIdleMs ?? CACHE_DEFAULTS.memoryIdleMs;
     this.verified = new VerifiedFiles(bounds.maxEntries);
     for (const [k, v] of Object.entries(bounds)) {
@@ -354,7 +364,9 @@ export class ChunkCache {
    * its compressed bytes locally and a pass that persists chunks (the background pass) writes it
    * later. A chunk the LRU does not keep (too large, no budget) is written all the same.
    * Resolves whether the cache keeps a reference to `data` (the memory LRU holds it): when not,
-   * the caller may release the buffer (util/release-buffer.ts), the disk write being done.
+   * the caller may release the buffer (util/release-buffer.ts), the disk write being done. When it
+   * does, `data` is the cache's from then on: released once it leaves the LRU (`retire`), so a
+   * caller keeping bytes for longer than this turn of the event loop keeps a copy.
    */
   async put(digest: string, data: Buffer, opts: { memory?: boolean; disk?: boolean } = {}): Promise<boolean> {
     const hex = digestHex(digest);
@@ -458,6 +470,71 @@ export class ChunkCache {
     };
   }
 
+  /**
+   * A buffer left the memory LRU (read to its end and on disk, evicted, idle): its memory goes back
+   * now (util/release-buffer.ts) instead of at the next full garbage collection, which a cold model
+   * read otherwise paced every 16 MiB of chunks. Not within this turn of the event loop: a FUSE read
+   * served from a view of it copies it out in this turn (ReadOptions.transient). Other holders are
+   * covered: readers keeping bytes longer get copies, a read waiting on several chunks borrows them
+   * (released after it is done), the LRU may hold it again (kept), and a disk write of the chunk may
+   * be reading it (released after the write).
+   */
+  private retire(hex: string, buf: Buffer): void {
+    this.retired.push({ hex, buf });
+    if (this.retireArmed) return;
+    this.retireArmed = true;
+    setImmediate(() => this.releaseRetired());
+  }
+
+  private releaseRetired(): void {
+    const list = this.retired;
+    this.retired = [];
+    this.retireArmed = false;
+    for (const { hex, buf } of list) {
+      if (this.memory.peek(hex) === buf) continue;
+      if (this.borrowed.has(hex)) {
+        const held = this.heldBack.get(hex);
+        if (held === undefined) this.heldBack.set(hex, [buf]);
+        else if (!held.includes(buf)) held.push(buf);
+        continue;
+      }
+      const writing = this.writes.get(hex);
+      if (writing !== undefined) {
+        const later = (): void => this.retire(hex, buf);
+        void writing.then(later, later);
+        continue;
+      }
+      releaseBuffer(buf);
+    }
+  }
+
+  /**
+   * A reader is about to wait for several chunks and will hold the buffers of those that arrive
+   * first across turns of the event loop: none of them is released until it calls the returned
+   * function (once, when it has copied what it needs).
+   */
+  borrow(digests: readonly string[]): () => void {
+    const hexes = digests.map((d) => digestHex(d));
+    for (const h of hexes) this.borrowed.set(h, (this.borrowed.get(h) ?? 0) + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      for (const h of hexes) {
+        const n = (this.borrowed.get(h) ?? 1) - 1;
+        if (n > 0) {
+          this.borrowed.set(h, n);
+          continue;
+        }
+        this.borrowed.delete(h);
+        const held = this.heldBack.get(h);
+        if (held === undefined) continue;
+        this.heldBack.delete(h);
+        for (const buf of held) this.retire(h, buf);
+      }
+    };
+  }
+
   /** Drop the in-memory LRU (tests: force disk reads). */
   dropMemory(): void {
     this.memory.clear();
@@ -473,7 +550,7 @@ export class ChunkCache {
     if (this.closed || !(this.memoryIdleMs > 0)) return 0;
     const bytes = this.memory.dropUnused(this.memoryIdleMs, (hex) => this.index.has(hex));
     if (bytes > 0) {
-      gcPacer.note(bytes);
+      // the dropped buffers are released (retire); other garbage counted meanwhile is collected
       gcPacer.collectPending();
       this.logger.debug({ bytes }, 'idle chunks left the memory LRU');
     }

@@ -2,6 +2,7 @@ import { Lru } from '../util/lru.js';
 
 /** A kept buffer, how many of its bytes no reader has taken yet, and when it was last used. */
 interface Entry {
+  key: string;
   buf: Buffer;
   unread: number;
   usedAt: number;
@@ -15,12 +16,21 @@ interface Entry {
 export class MemoryLru {
   private readonly lru: Lru<string, Entry>;
 
-  /** `now`: a monotonic clock in ms for `dropUnused` (tests inject one). */
+  /**
+   * `now`: a monotonic clock in ms for `dropUnused` (tests inject one). `onDrop`: each buffer that
+   * leaves (evicted, deleted, replaced, cleared), with its key: the owner may release it
+   * (ChunkCache.retire).
+   */
   constructor(
     private readonly maxBytes: number,
     private readonly now: () => number = () => performance.now(),
+    onDrop?: (key: string, buf: Buffer) => void,
   ) {
-    this.lru = new Lru({ maxSize: maxBytes, sizeOf: (e) => e.buf.length });
+    this.lru = new Lru({
+      maxSize: maxBytes,
+      sizeOf: (e) => e.buf.length,
+      ...(onDrop !== undefined ? { onRemove: (e: Entry) => onDrop(e.key, e.buf) } : {}),
+    });
   }
 
   /** Bytes held. */
@@ -57,7 +67,7 @@ export class MemoryLru {
   set(key: string, buf: Buffer): boolean {
     // A buffer larger than a quarter of the budget would flush everything else for one entry.
     if (buf.length > this.maxBytes / 4) return false;
-    this.lru.set(key, { buf: ownedCopy(buf), unread: buf.length, usedAt: this.now() });
+    this.lru.set(key, { key, buf: ownedCopy(buf), unread: buf.length, usedAt: this.now() });
     return true;
   }
 

@@ -184,7 +184,8 @@ export async function mountVirtualFs(
       serve(
         'read',
         path,
-        (signal) => f.read(pos, len, signal),
+        // transient: the answer below copies the bytes within the turn they arrive in
+        (signal) => f.read(pos, len, signal, true),
         (data) => {
           // only reached before the deadline: the kernel's buffer is still ours to fill
           const n = Math.min(len, data.length);

@@ -51,9 +51,10 @@ export interface DirEntry {
 export interface OpenFile {
   /**
    * Bytes [offset, offset+length) clipped at EOF (a short or empty buffer at EOF is fine). Must honour
-   * `signal`: when it aborts the adapter has already answered and drops the result.
+   * `signal`: when it aborts the adapter has already answered and drops the result. `transient`:
+   * the caller copies the bytes before the event loop turns (ReadOptions.transient).
    */
-  read(offset: number, length: number, signal: AbortSignal): Promise<Buffer>;
+  read(offset: number, length: number, signal: AbortSignal, transient?: boolean): Promise<Buffer>;
   /** Optional clean-up when the kernel releases the handle. */
   release?(): void;
 }

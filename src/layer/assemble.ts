@@ -3,8 +3,9 @@ import { StoreError, type ErrorContext } from '../util/errors.js';
 import { ZEROS, type ChunkBytes } from './chunk-loader.js';
 
 /**
- * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it). `ZEROS`
- * entries are zeros chunks: only the requested part of them is ever allocated.
+ * Copy the requested slice out of the chunk buffers (no copy when one chunk covers it and `view`
+ * allows a view of it: see ReadOptions.transient). `ZEROS` entries are zeros chunks: only the
+ * requested part of them is ever allocated.
  */
 export function assemble(
   node: TreeNode,
@@ -13,6 +14,7 @@ export function assemble(
   offset: number,
   end: number,
   context: ErrorContext,
+  view: boolean,
 ): Buffer {
   const first = chunks[0];
   if (
@@ -23,7 +25,8 @@ export function assemble(
   ) {
     const b = bufs[0];
     if (b === ZEROS) return Buffer.alloc(end - offset);
-    return b!.subarray(offset - first.fileOffset, end - first.fileOffset);
+    const slice = b!.subarray(offset - first.fileOffset, end - first.fileOffset);
+    return view ? slice : Buffer.from(slice);
   }
   const out = Buffer.allocUnsafe(end - offset);
   let pos = offset;
@@ -46,4 +49,16 @@ export function assemble(
     });
   }
   return out;
+}
+
+/**
+ * True when a chunk's buffer is shorter than the chunk: released by the cache (util/release-buffer.ts
+ * leaves it empty) after it was handed out. Such bytes must be loaded again, never assembled.
+ */
+export function someReleased(chunks: readonly Chunk[], bufs: readonly ChunkBytes[]): boolean {
+  for (let i = 0; i < chunks.length; i++) {
+    const b = bufs[i];
+    if (b !== ZEROS && b !== undefined && b.length !== chunks[i]!.size) return true;
+  }
+  return false;
 }

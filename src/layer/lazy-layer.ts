@@ -4,7 +4,7 @@ import { chunksForRange, type Chunk, type LayerIndex, type TreeNode } from '../f
 import { StoreError, asStoreError, type ErrorContext } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { asBlobSource } from '../util/blob-read.js';
-import { assemble } from './assemble.js';
+import { assemble, someReleased } from './assemble.js';
 import { readFromCache } from './cache-slices.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
 import { withDeadline } from '../util/abort.js';
@@ -17,6 +17,13 @@ import { LayerStatus } from './layer-status.js';
 import { runPrefetch } from './prefetch-run.js';
 import type { LayerState, ReadOptions } from './types.js';
 import type { LazyLayerOptions } from './lazy-layer-options.js';
+
+/** Digests of the chunks a read holds (zeros chunks have no buffer). */
+function digestsOf(chunks: readonly Chunk[]): string[] {
+  const out: string[] = [];
+  for (const c of chunks) if (!c.zeros && isSha256Digest(c.digest)) out.push(c.digest);
+  return out;
+}
 
 export type { LazyLayerOptions } from './lazy-layer-options.js';
 
@@ -194,7 +201,7 @@ export class LazyLayer {
     const chunks = chunksForRange(node, offset, end - offset);
     const mem = this.loader.tryMemory(chunks);
     if (mem !== undefined) {
-      const out = assemble(node, chunks, mem, offset, end, this.context);
+      const out = assemble(node, chunks, mem, offset, end, this.context, opts.transient === true);
       this.served(chunks, offset, end);
       return out;
     }
@@ -209,14 +216,25 @@ export class LazyLayer {
         this.served(chunks, offset, end);
         return hit;
       }
-      // waiting, also on a read-ahead fetch it joined: prefetch holds back meanwhile
-      const bufs = await this.scheduler.onDemand(() =>
-        this.loader.load(chunks, { path: ctx.path }, { giveUp: gaveUp.signal, file: node.chunks }),
-      );
-      if (this.status.badError !== undefined) throw this.status.badError;
-      const out = assemble(node, chunks, bufs, offset, end, ctx);
-      this.served(chunks, offset, end);
-      return out;
+      // the buffers of chunks that arrive first are held while the others load: borrowed, so the
+      // cache does not release them meanwhile (given back after the copy, or the view's turn)
+      const giveBack = this.cache.borrow(digestsOf(chunks));
+      try {
+        // waiting, also on a read-ahead fetch it joined: prefetch holds back meanwhile
+        const bufs = await this.scheduler.onDemand(() =>
+          this.loader.load(chunks, { path: ctx.path }, { giveUp: gaveUp.signal, file: node.chunks }),
+        );
+        // never assemble from a released buffer (it reads as empty): a bug, reported, not served
+        if (someReleased(chunks, bufs)) {
+          throw new StoreError('E_IO', 'chunk buffer released while a read held it', ctx);
+        }
+        if (this.status.badError !== undefined) throw this.status.badError;
+        const out = assemble(node, chunks, bufs, offset, end, ctx, opts.transient === true);
+        this.served(chunks, offset, end);
+        return out;
+      } finally {
+        giveBack();
+      }
     });
     try {
       return await withDeadline(opts.deadlineMs ?? this.deadlineMs, () => work, {

@@ -14,6 +14,12 @@ export interface ReadOptions {
   signal?: AbortSignal;
   /** Overrides the layer's default deadline (ms) for this read. */
   deadlineMs?: number;
+  /**
+   * The caller copies the bytes out before the event loop turns (the FUSE answer): the result may
+   * then be a view of a cached chunk buffer, which the cache releases once it drops the chunk
+   * (ChunkCache.retire; the view is empty afterwards). Without it the result is the caller's own.
+   */
+  transient?: boolean;
 }
 
 export interface LayerState {

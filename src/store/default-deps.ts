@@ -40,7 +40,10 @@ export function lazyLayerFactory(
     const layer = new LazyLayer(opts);
     const like: LazyLayerLike = {
       read: (node, offset, length, o) =>
-        layer.read(node, offset, length, o.signal ? { signal: o.signal } : {}),
+        layer.read(node, offset, length, {
+          ...(o.signal ? { signal: o.signal } : {}),
+          ...(o.transient === true ? { transient: true } : {}),
+        }),
       start: () => layer.start(),
       prefetchRange: (node, offset, length, signal, onProgress) =>
         layer.prefetchRange(node, offset, length, signal, onProgress),

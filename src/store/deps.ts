@@ -78,7 +78,13 @@ export interface LazyLayerState {
 
 /** A lazily fetched layer (layer/): verified reads of file content. */
 export interface LazyLayerLike {
-  read(node: TreeNode, offset: number, length: number, opts: { signal?: AbortSignal }): Promise<Buffer>;
+  /** `transient`: see ReadOptions.transient (layer/types.ts). */
+  read(
+    node: TreeNode,
+    offset: number,
+    length: number,
+    opts: { signal?: AbortSignal; transient?: boolean },
+  ): Promise<Buffer>;
   /** Start prefetch and background fetch. */
   start?(): void;
   /** Fetch + verify + cache the chunks of a file range, no bytes returned (sequential read-ahead). */

@@ -272,12 +272,15 @@ export class StoreFs implements VirtualFs {
         });
         const ahead = this.openReadAhead(layer, node, path);
         return {
-          read: async (offset, length, signal) => {
+          read: async (offset, length, signal, transient) => {
             const end = Math.min(node.size, offset + length);
             if (offset >= end) return Buffer.alloc(0);
             // before our own read: the steps ahead start while this one waits for its chunk
             ahead?.onRead(offset, end - offset);
-            const data = await layer.read(node, offset, end - offset, { signal });
+            const data = await layer.read(node, offset, end - offset, {
+              signal,
+              transient: transient === true,
+            });
             crashPoint('fuse-read');
             // only bytes actually served count (an aborted read throws above)
             tracker?.read(offset, data.length);

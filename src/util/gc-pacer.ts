@@ -64,12 +64,24 @@ export class GcPacer {
   }
 
   /**
+   * `bytes` counted by `note` were given back already (util/release-buffer.ts freed them): they
+   * need no collection. So memory the store releases itself does not bring the next full GC
+   * nearer; only garbage left to V8 does. A buffer is counted when it is made and given back when
+   * its last reader is done, often after a collection reset the count: the count may then go
+   * below zero, down to one pace, a credit for the buffers counted before and released since.
+   */
+  gaveBack(bytes: number): void {
+    if (!(bytes > 0)) return;
+    this.since = Math.max(-this.paceBytes, this.since - bytes);
+  }
+
+  /**
    * Collect now if any counted bytes wait for a collection: for garbage made while the store goes
    * idle (no decoding follows to reach the pace, so it would otherwise stay until the next burst).
    * True when it collected.
    */
   collectPending(): boolean {
-    if (this.collect === undefined || this.since === 0) return false;
+    if (this.collect === undefined || this.since <= 0) return false;
     this.since = 0;
     this.due = this.paceBytes;
     this.collect();

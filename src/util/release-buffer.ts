@@ -1,3 +1,5 @@
+import { gcPacer } from './gc-pacer.js';
+
 /**
  * Give a dead Buffer's memory back now instead of at the next full garbage collection.
  *
@@ -10,14 +12,17 @@
  * Only a Buffer that is the whole of its ArrayBuffer is released: never a view into Node's shared
  * allocation pool or into a larger decode buffer, whose other bytes may belong to someone else.
  * The caller must hold the only reference that will ever be used again: afterwards every view of
- * it is empty (length 0), so a mistaken use reads nothing rather than other bytes.
+ * it is empty (length 0), so a mistaken use reads nothing rather than other bytes. The bytes are
+ * taken off the garbage collection pacer's count (util/gc-pacer.ts): they need no collection.
  */
 export function releaseBuffer(buf: Buffer): boolean {
   const ab = buf.buffer as ArrayBuffer & { transfer?: (length: number) => ArrayBuffer; detached?: boolean };
   if (buf.byteOffset !== 0 || ab.byteLength !== buf.length || buf.length === 0) return false;
   if (typeof ab.transfer !== 'function' || ab.detached === true) return false;
   try {
+    const n = buf.length;
     ab.transfer(0);
+    gcPacer.gaveBack(n);
     return true;
   } catch {
     // not detachable (a buffer V8 or a native module owns): left to the garbage collector

@@ -47,6 +47,12 @@ async function diskUsage(root: string): Promise<{ files: number; apparent: numbe
   return { files, apparent, allocated };
 }
 
+/**
+ * What a caller hands `put`: the cache owns it from then on and releases it once it drops it
+ * (ChunkCache.retire), so a test keeps its own copy to compare against.
+ */
+const give = (b: Buffer): Buffer => Buffer.from(b);
+
 let root: string;
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'cache-test-'));
@@ -60,7 +66,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
     try {
       const onDisk = randomBytes(1000);
-      await cache.put(digestOf(onDisk), onDisk);
+      await cache.put(digestOf(onDisk), give(onDisk));
       cache.consumed(digestOf(onDisk), 600, false);
       expect(cache.getMemory(digestOf(onDisk))).toBeDefined(); // 400 bytes not served yet
       cache.consumed(digestOf(onDisk), 400, false);
@@ -69,14 +75,14 @@ describe('ChunkCache', () => {
 
       // kept off disk, its compressed bytes held by the caller: a small one goes at once
       const local = randomBytes(1000);
-      await cache.put(digestOf(local), local, { disk: false });
+      await cache.put(digestOf(local), give(local), { disk: false });
       cache.consumed(digestOf(local), 1000, true);
       expect(cache.getMemory(digestOf(local))).toBeUndefined();
       expect(cache.onDisk(digestOf(local))).toBe(false);
 
       // held nowhere else: written to disk first, and only then gone from memory
       const only = randomBytes(1000);
-      await cache.put(digestOf(only), only, { disk: false });
+      await cache.put(digestOf(only), give(only), { disk: false });
       cache.consumed(digestOf(only), 1000, false);
       expect(cache.getMemory(digestOf(only))).toBeDefined();
       await cache.flush();
@@ -94,7 +100,7 @@ describe('ChunkCache', () => {
       // kept off disk (its compressed bytes are held locally), but a lost page of it would cost a
       // decode of the whole chunk: written once the reader has it all, then dropped from memory
       const big = randomBytes(1536 * 1024);
-      await cache.put(digestOf(big), big, { disk: false });
+      await cache.put(digestOf(big), give(big), { disk: false });
       expect(cache.onDisk(digestOf(big))).toBe(false);
       cache.consumed(digestOf(big), big.length, true);
       await cache.flush();
@@ -114,7 +120,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, maxBytes: 1, memoryBytes: 1 << 20 });
     try {
       const data = randomBytes(10_000);
-      const put = cache.put(digestOf(data), data);
+      const put = cache.put(digestOf(data), give(data));
       cache.consumed(digestOf(data), data.length, false); // served while its write runs
       await put;
       await cache.flush();
@@ -131,9 +137,9 @@ describe('ChunkCache', () => {
     const onDisk = randomBytes(5000);
     const used = randomBytes(6000);
     const memoryOnly = randomBytes(7000);
-    await cache.put(digestOf(onDisk), onDisk);
-    await cache.put(digestOf(used), used);
-    expect(await cache.put(digestOf(memoryOnly), memoryOnly, { disk: false })).toBe(true);
+    await cache.put(digestOf(onDisk), give(onDisk));
+    await cache.put(digestOf(used), give(used));
+    expect(await cache.put(digestOf(memoryOnly), give(memoryOnly), { disk: false })).toBe(true);
     now = 900;
     expect(cache.getMemory(digestOf(used))?.equals(used)).toBe(true); // used 100 ms before the check
     now = 1000;
@@ -152,7 +158,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(100_000);
     const digest = digestOf(data);
-    await cache.put(digest, data);
+    await cache.put(digest, give(data));
     const file = chunkPath(root, digest);
     const st = await stat(file);
     expect(st.mode & 0o777).toBe(0o600);
@@ -168,10 +174,10 @@ describe('ChunkCache', () => {
   it('a put without memory (background pass) goes to disk only and leaves the memory LRU alone', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const hot = randomBytes(1000);
-    await cache.put(digestOf(hot), hot);
+    await cache.put(digestOf(hot), give(hot));
     const cold = randomBytes(100_000);
     const digest = digestOf(cold);
-    const writing = cache.put(digest, cold, { memory: false });
+    const writing = cache.put(digest, give(cold), { memory: false });
     // present while its write runs: nobody fetches or decodes it again meanwhile
     expect(cache.has(digest)).toBe(true);
     // written, not kept: the caller may release the buffer
@@ -187,11 +193,11 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
     const small = randomBytes(10_000);
     // kept by the memory LRU: the caller must not release it
-    expect(await cache.put(digestOf(small), small, { disk: false })).toBe(true);
+    expect(await cache.put(digestOf(small), give(small), { disk: false })).toBe(true);
     expect(cache.onDisk(digestOf(small))).toBe(false);
     // larger than a quarter of the LRU: not kept in memory, so written all the same
     const large = randomBytes(300_000);
-    await cache.put(digestOf(large), large, { disk: false });
+    await cache.put(digestOf(large), give(large), { disk: false });
     expect(cache.onDisk(digestOf(large))).toBe(true);
     const hits = cache.stats().memoryHits;
     expect(await cache.persist(digestOf(small), small.length)).toBe(true);
@@ -207,11 +213,11 @@ describe('ChunkCache', () => {
     const data = randomBytes(5000);
     const digest = digestOf(data);
     await Promise.all([
-      cache.put(digest, data),
+      cache.put(digest, give(data)),
       cache.put(digest, Buffer.from(data)),
-      cache.put(digest, data),
+      cache.put(digest, give(data)),
     ]);
-    await cache.put(digest, data);
+    await cache.put(digest, give(data));
     const usage = await diskUsage(root);
     expect(usage.files).toBe(1);
     expect(cache.stats().writes).toBe(1);
@@ -221,7 +227,7 @@ describe('ChunkCache', () => {
   it('a new instance on the same root serves chunks written by the previous one', async () => {
     const first = await ChunkCache.open({ root, minFreeBytes: 0 });
     const chunks = Array.from({ length: 20 }, () => randomBytes(3000 + Math.floor(Math.random() * 5000)));
-    for (const c of chunks) await first.put(digestOf(c), c);
+    for (const c of chunks) await first.put(digestOf(c), give(c));
     await first.close();
 
     const second = await ChunkCache.open({ root, minFreeBytes: 0 });
@@ -251,7 +257,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
     const data = randomBytes(300_000);
     const digest = digestOf(data);
-    await cache.put(digest, data);
+    await cache.put(digest, give(data));
     await cache.close();
     const file = chunkPath(root, digest);
     await damage(file);
@@ -262,7 +268,7 @@ describe('ChunkCache', () => {
     await expect(stat(file)).rejects.toMatchObject({ code: 'ENOENT' });
     expect(again.stats().corrupt).toBe(1);
     // refetch path: putting the good bytes again works
-    await again.put(digest, data);
+    await again.put(digest, give(data));
     again.dropMemory();
     expect((await again.get(digest))?.equals(data)).toBe(true);
     await again.close();
@@ -332,7 +338,7 @@ describe('ChunkCache', () => {
     await Promise.all(
       Array.from({ length: 64 }, async () => {
         const c = randomBytes(size);
-        await cache.put(digestOf(c), c);
+        await cache.put(digestOf(c), give(c));
       }),
     );
     done = true;
@@ -353,10 +359,10 @@ describe('ChunkCache', () => {
     cache.pin('layerA', pinned.map(digestOf));
     expect(cache.isPinned('layerA')).toBe(true);
     // the pinned chunks are written first, so they are the least recently used of all
-    for (const c of pinned) await cache.put(digestOf(c), c);
+    for (const c of pinned) await cache.put(digestOf(c), give(c));
     for (let i = 0; i < 30; i++) {
       const c = randomBytes(size);
-      await cache.put(digestOf(c), c);
+      await cache.put(digestOf(c), give(c));
       await cache.flush();
       // after every single eviction round, every pinned file is still there (checked on disk)
       for (const p of pinned) expect(await onDisk(p), `pinned chunk after put ${i}`).toBe(true);
@@ -370,7 +376,7 @@ describe('ChunkCache', () => {
     expect(cache.stats().pinnedEntries).toBe(0);
     for (let i = 0; i < 10; i++) {
       const c = randomBytes(size);
-      await cache.put(digestOf(c), c);
+      await cache.put(digestOf(c), give(c));
     }
     await cache.flush();
     // unpinned, every one of them went the LRU way (10 newer chunks, room for 6)
@@ -383,7 +389,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, maxEntries: 5, minFreeBytes: 0, memoryBytes: 1 });
     for (let i = 0; i < 12; i++) {
       const c = randomBytes(100);
-      await cache.put(digestOf(c), c);
+      await cache.put(digestOf(c), give(c));
     }
     await cache.flush();
     expect(cache.stats().diskEntries).toBe(5);
@@ -394,7 +400,7 @@ describe('ChunkCache', () => {
   it('writes nothing to disk when the free-space margin cannot be kept', async () => {
     const cache = await ChunkCache.open({ root, minFreeBytes: Number.MAX_SAFE_INTEGER });
     const c = randomBytes(1000);
-    await cache.put(digestOf(c), c);
+    await cache.put(digestOf(c), give(c));
     expect((await diskUsage(root)).files).toBe(0);
     expect(cache.stats().writeSkips).toBe(1);
     // still served from memory
@@ -406,7 +412,7 @@ describe('ChunkCache', () => {
     const size = 8 * 1024;
     const first = await ChunkCache.open({ root, minFreeBytes: 0 });
     const chunks = Array.from({ length: 12 }, () => randomBytes(size));
-    for (const c of chunks) await first.put(digestOf(c), c);
+    for (const c of chunks) await first.put(digestOf(c), give(c));
     await first.close();
     // give each file a distinct age: chunk i is i minutes old -> chunk 0 is the newest
     const now = Date.now() / 1000;
@@ -426,7 +432,7 @@ describe('ChunkCache', () => {
     const cache = await ChunkCache.open({ root, memoryBytes: 100_000, minFreeBytes: 0 });
     for (let i = 0; i < 50; i++) {
       const c = randomBytes(10_000);
-      await cache.put(digestOf(c), c);
+      await cache.put(digestOf(c), give(c));
       expect(cache.stats().memoryBytes).toBeLessThanOrEqual(100_000);
     }
     expect(cache.stats().memoryEntries).toBe(10);
@@ -456,6 +462,59 @@ describe('ChunkCache memory: only the chunk bytes stay alive', () => {
       await cache.close();
     } finally {
       await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+  it('a buffer that left the memory LRU is released at the next turn of the event loop, not within this one', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0 });
+    try {
+      const data = randomBytes(100_000);
+      const handed = give(data);
+      await cache.put(digestOf(data), handed);
+      cache.consumed(digestOf(data), data.length, false); // read to its end, and on disk: it leaves
+      expect(cache.getMemory(digestOf(data))).toBeUndefined();
+      // a FUSE answer copying out of a view of it in this turn still reads its bytes
+      expect(handed.equals(data)).toBe(true);
+      await turn();
+      expect(handed.length).toBe(0); // its memory is back; no view reads other bytes
+      expect((await cache.get(digestOf(data)))?.equals(data)).toBe(true); // served from its file
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('a buffer the LRU holds again, or that a disk write may still read, is not released then', async () => {
+    const cache = await ChunkCache.open({ root, minFreeBytes: 0, memoryBytes: 1 << 20 });
+    try {
+      // put twice: the entry is replaced by one holding the same buffer
+      const again = randomBytes(50_000);
+      const kept = give(again);
+      await cache.put(digestOf(again), kept);
+      await cache.put(digestOf(again), kept);
+      await turn();
+      expect(cache.getMemory(digestOf(again))).toBe(kept);
+      expect(kept.equals(again)).toBe(true);
+
+      // evicted while its disk write runs: released only once the write is done
+      const writing = randomBytes(200_000);
+      const w = give(writing);
+      const writesBefore = cache.stats().writes;
+      const put = cache.put(digestOf(writing), w);
+      for (let i = 0; i < 5; i++)
+        void cache.put(digestOf(Buffer.from([i])), randomBytes(200_000), { disk: false });
+      expect(cache.getMemory(digestOf(writing))).toBeUndefined(); // evicted at once
+      await turn();
+      expect(cache.stats().writes).toBe(writesBefore); // its write has more than one turn of work left
+      expect(w.equals(writing)).toBe(true);
+      await put;
+      await cache.flush();
+      await turn();
+      expect(w.length).toBe(0);
+      expect((await cache.get(digestOf(writing)))?.equals(writing)).toBe(true);
+    } finally {
+      await cache.close();
     }
   });
 });

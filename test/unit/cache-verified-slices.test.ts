@@ -193,7 +193,14 @@ describe('ChunkCache.readSlice', () => {
 
 describe('stampOf', () => {
   const stat = (over: Partial<Record<'dev' | 'ino' | 'size' | 'ctimeNs' | 'mtimeNs', bigint>> = {}) =>
-    ({ dev: 2049n, ino: 123456n, size: 4194304n, ctimeNs: 1795895535216100302n, mtimeNs: 1795895535216100302n, ...over }) as never;
+    ({
+      dev: 2049n,
+      ino: 123456n,
+      size: 4194304n,
+      ctimeNs: 1795895535216100302n,
+      mtimeNs: 1795895535216100302n,
+      ...over,
+    }) as never;
 
   it('is equal for equal stats and differs when any field moves, by one unit or past 32 bits', () => {
     const base = stampOf(stat());

@@ -136,6 +136,45 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(source.requestCount).toBe(1);
   });
 
+  it('a read returns bytes of its own; a transient read may return a view the cache releases later', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const layer = makeLayer(fx, new TestSource(fx.blob));
+    const big = node(fx, 'big');
+    const want = fx.files.get('big')!.subarray(100, 1100);
+    await layer.read(big, 0, 10); // chunk 0 decoded into the memory LRU
+    const own = await layer.read(big, 100, 1000);
+    const view = await layer.read(big, 100, 1000, { transient: true });
+    expect(own.equals(want)).toBe(true);
+    expect(view.equals(want)).toBe(true); // what a FUSE answer copies in this turn
+    await cache.flush();
+    cache.dropMemory(); // chunk 0 leaves the LRU: its buffer is released at the next turn
+    await new Promise<void>((r) => setImmediate(r));
+    expect(view.length).toBe(0);
+    expect(own.equals(want)).toBe(true);
+  });
+
+  it('a read waiting for several chunks holds the early ones: released only once it is done', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const source = new TestSource(fx.blob);
+    const layer = makeLayer(fx, source);
+    const big = node(fx, 'big');
+    const content = fx.files.get('big')!;
+    await layer.read(big, 0, 10); // chunk 0 in memory (and on disk), chunk 1 not fetched yet
+    await cache.flush();
+    const chunk0 = cache.getMemory(big.chunks[0]!.digest)!;
+    let open!: () => void;
+    source.gate = new Promise<void>((r) => (open = r));
+    const reading = layer.read(big, chunkSize - 100, 200); // chunks 0 and 1: waits on chunk 1
+    await new Promise<void>((r) => setImmediate(r));
+    cache.dropMemory(); // chunk 0 leaves the LRU while the read holds its buffer
+    await new Promise<void>((r) => setImmediate(r));
+    expect(chunk0.length).toBe(chunkSize); // borrowed: not released under the read
+    open();
+    expect((await reading).equals(content.subarray(chunkSize - 100, chunkSize + 100))).toBe(true);
+    await new Promise<void>((r) => setImmediate(r));
+    expect(chunk0.length).toBe(0); // given back, then released
+  });
+
   it('serves zero chunks without fetching and checks their digest', async () => {
     const fx = buildFixture(mixedSpecs(chunkSize), compression);
     const source = new TestSource(fx.blob);

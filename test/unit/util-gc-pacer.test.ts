@@ -23,6 +23,25 @@ describe('GcPacer', () => {
     expect(collect).toHaveBeenCalledTimes(2);
   });
 
+  it('bytes given back need no collection: they come off the count, down to one pace of credit', () => {
+    const collect = vi.fn();
+    const p = new GcPacer(100, collect);
+    p.note(80);
+    p.gaveBack(50); // released by the store itself
+    p.note(60);
+    expect(collect).not.toHaveBeenCalled(); // 90 counted, not 140
+    p.note(10);
+    expect(collect).toHaveBeenCalledTimes(1);
+    // released after the collection that counted them: a credit, bounded by one pace
+    p.gaveBack(500);
+    expect(p.pending).toBe(-100);
+    expect(p.collectPending()).toBe(false); // nothing left to collect
+    p.note(150);
+    expect(collect).toHaveBeenCalledTimes(1);
+    p.note(50);
+    expect(collect).toHaveBeenCalledTimes(2);
+  });
+
   it('collectPending collects only bytes counted since the last collection, then counts afresh', () => {
     const collect = vi.fn();
     const p = new GcPacer(100, collect);

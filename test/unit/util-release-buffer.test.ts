@@ -4,6 +4,7 @@
  * someone else still reads.
  */
 import { describe, expect, it } from 'vitest';
+import { gcPacer } from '../../src/util/gc-pacer.js';
 import { releaseBuffer } from '../../src/util/release-buffer.js';
 
 describe('releaseBuffer', () => {
@@ -14,6 +15,15 @@ describe('releaseBuffer', () => {
     expect(b.length).toBe(0);
     expect(view.length).toBe(0); // every view reads nothing, never other bytes
     expect(releaseBuffer(b)).toBe(false); // already released
+  });
+
+  it("takes what it released off the garbage collection pacer's count", () => {
+    gcPacer.note(1 << 20);
+    const before = gcPacer.pending;
+    expect(releaseBuffer(Buffer.allocUnsafeSlow(300_000))).toBe(true);
+    expect(gcPacer.pending).toBe(before - 300_000);
+    expect(releaseBuffer(Buffer.alloc(64 * 1024).subarray(1))).toBe(false);
+    expect(gcPacer.pending).toBe(before - 300_000); // nothing released, nothing taken off
   });
 
   it('leaves alone views of a larger buffer and slices of the shared allocation pool', () => {
