@@ -100,7 +100,7 @@ export class LocalBlob {
    * Engine seam `onCompressedBytes`: store bytes received from the network, fire and forget.
    * Never throws (a range outside the blob is logged and dropped).
    */
-  readonly onCompressedBytes = (offset: number, data: Buffer): void => {
+  readonly onCompressedBytes = (offset: number, data: Buffer): Promise<void> | undefined => {
     let p: Promise<number>;
     try {
       p = this.write(offset, data);
@@ -109,10 +109,12 @@ export class LocalBlob {
         { err, digest: this.digest, offset },
         'compressed bytes outside the blob; dropped',
       );
-      return;
+      return undefined;
     }
-    p.catch((err: unknown) =>
-      this.store.logger.warn({ err, digest: this.digest, offset }, 'cannot store bytes'),
+    // settles once the write no longer reads `data` (CompressedBytesSink)
+    return p.then(
+      () => undefined,
+      (err: unknown) => this.store.logger.warn({ err, digest: this.digest, offset }, 'cannot store bytes'),
     );
   };
 

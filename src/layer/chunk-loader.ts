@@ -377,21 +377,27 @@ export class ChunkLoader {
     // the request stops once every waiter of every chunk in it has given up (read-around spans have
     // no waiters of their own)
     const signal = allAborted(all.flatMap((s) => s.entries.map((e) => e.waiters.abandoned)));
-    const bufs = await this.ctx.fetcher.fetch(
+    const { bufs, release } = await this.ctx.fetcher.fetchLeased(
       ranges.map((r) => ({ offset: r.offset, length: r.length })),
       { priority, signal, onReceived },
     );
     const decodes: Array<Promise<void>> = [];
-    ranges.forEach((r, i) => {
-      const buf = bufs[i]!;
-      for (const s of r.spans) {
-        const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
-        // chunks sharing one member (same span) are decoded together: the member once
-        if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
-        else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
-      }
-    });
-    await Promise.all(decodes);
+    try {
+      ranges.forEach((r, i) => {
+        const buf = bufs[i]!;
+        for (const s of r.spans) {
+          const span = buf.subarray(s.offset - r.offset, s.end - r.offset);
+          // chunks sharing one member (same span) are decoded together: the member once
+          if (s.entries.length > 1) decodes.push(this.decodeShared(span, s.entries));
+          else for (const e of s.entries) decodes.push(this.decodeOne(span, e));
+        }
+      });
+    } finally {
+      // the spans go back once no decode reads them (inflate reads them on the thread pool until
+      // its promise settles)
+      await Promise.allSettled(decodes);
+      release();
+    }
   }
 
   private async decodeShared(span: Buffer, entries: Pending[]): Promise<void> {

@@ -41,5 +41,10 @@ export interface LocalCompressedStore extends LocalCompressedBytes {
   forget?(): Promise<void>;
 }
 
-/** Sink for compressed bytes received from the network. Must not throw; must not keep `data` mutable. */
-export type CompressedBytesSink = (offset: number, data: Buffer) => void;
+/**
+ * Sink for compressed bytes received from the network. Must not throw; must not modify `data`.
+ * A sink that still reads `data` after returning (a file write in flight) returns a promise that
+ * settles once it no longer does: the engine may release the buffer after that
+ * (util/release-buffer.ts). Returning nothing says it kept no reference.
+ */
+export type CompressedBytesSink = (offset: number, data: Buffer) => Promise<unknown> | void;

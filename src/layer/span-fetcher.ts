@@ -5,6 +5,7 @@ import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { ProgressDelivery } from './progress-delivery.js';
+import { releaseBuffer, releaseHandedOver } from '../util/release-buffer.js';
 
 /** Who asks: on-demand reads and prefetch pin a shared fetch; background work may be preempted. */
 export type Priority = 'on-demand' | 'prefetch' | 'background';
@@ -49,11 +50,36 @@ interface Batch {
   background: number;
 }
 
+/**
+ * Who still reads one network range's buffer: the flight table until the call settles, the local
+ * store until its write is done, and each caller that took a segment of it until it says it is
+ * done (`fetchLeased`). The last one gives the buffer back at once (util/release-buffer.ts), if
+ * the source handed it over: a cold model read otherwise left every compressed span to the next
+ * paced full GC. Plain `fetch` callers never say so: buffers they took are left to the collector.
+ */
+class SpanLease {
+  private holders = 1;
+  /** Set once the call delivered it, and only for calls whose bytes were not streamed to the sink. */
+  buf: Buffer | undefined;
+
+  hold(): void {
+    this.holders++;
+  }
+
+  drop(): void {
+    if (--this.holders > 0 || this.buf === undefined) return;
+    const b = this.buf;
+    this.buf = undefined;
+    releaseHandedOver(b);
+  }
+}
+
 interface Flight {
   offset: number;
   end: number;
   promise: Promise<Buffer>;
   batch: Batch;
+  lease: SpanLease;
   /** Clock time the network call started (0 without a clock). */
   startedAt: number;
 }
@@ -62,6 +88,18 @@ interface Segment {
   offset: number;
   end: number;
   data: Promise<Buffer>;
+  /** The flight whose buffer `data` is a view of (held for this caller until it is done). */
+  lease?: SpanLease;
+}
+
+/** `SpanFetcher.fetchLeased`'s answer: the bytes, and what to call once done with them. */
+export interface LeasedSpans {
+  bufs: Buffer[];
+  /**
+   * The caller no longer reads `bufs` or any view of them (every decode of them settled): they
+   * may be released. Call once; not calling it is safe (the collector frees them).
+   */
+  release(): void;
 }
 
 /** Joined flights that failed because someone else's fetch was aborted: re-planned this often. */
@@ -113,6 +151,14 @@ export class SpanFetcher {
 
   /** Exactly the bytes of each range, same order. */
   async fetch(ranges: readonly ByteRange[], opts: SpanFetchOptions): Promise<Buffer[]> {
+    return (await this.fetchLeased(ranges, opts)).bufs;
+  }
+
+  /**
+   * `fetch`, for a caller that says when it is done with the bytes (`release`): buffers nobody
+   * else reads then go back at once instead of at the next full garbage collection.
+   */
+  async fetchLeased(ranges: readonly ByteRange[], opts: SpanFetchOptions): Promise<LeasedSpans> {
     for (const r of ranges) {
       if (
         !Number.isSafeInteger(r.offset) ||
@@ -131,13 +177,28 @@ export class SpanFetcher {
     for (let attempt = 1; ; attempt++) {
       const joined = new Set<Batch>();
       const segments = this.plan(ranges, opts, joined);
+      const dropAll = (): void => {
+        for (const s of segments) s.lease?.drop();
+      };
       try {
         const all = Promise.all(segments.map(async (s) => ({ s, data: await s.data })));
         const parts = await (opts.priority === 'background'
           ? this.waitBackground(all, joined, opts.signal)
           : raceAbort(all, opts.signal));
-        return ranges.map((r) => assemble(r, parts, this.ctx.context));
+        const out = ranges.map((r) => assemble(r, parts, this.ctx.context));
+        let released = false;
+        return {
+          bufs: out.map((o) => o.buf),
+          release: () => {
+            if (released) return;
+            released = true;
+            dropAll();
+            // copies stitched from several segments are this caller's alone
+            for (const o of out) if (o.copied) releaseBuffer(o.buf);
+          },
+        };
       } catch (err) {
+        dropAll();
         // a shared fetch we joined was aborted by its own (background) owner: plan again
         if (
           opts.signal?.aborted ||
@@ -205,7 +266,8 @@ export class SpanFetcher {
     };
     const localSpan = (offset: number, end: number): void => {
       if (end <= offset || local === undefined) return;
-      const data = local
+      const seg: Segment = { offset, end, data: Promise.resolve(Buffer.alloc(0)) };
+      seg.data = local
         .read(offset, end - offset, opts.signal)
         .then((b) => {
           if (b.length !== end - offset) throw new Error(`short local read (${b.length} of ${end - offset})`);
@@ -214,9 +276,14 @@ export class SpanFetcher {
         // a local copy that cannot be read is fetched again
         .catch((err: unknown) => {
           this.ctx.logger.debug({ err, offset }, 'local compressed bytes unreadable; fetching');
-          return this.fetchNow([{ offset, end }], opts)[0]!;
+          const f = this.fetchNow([{ offset, end }], opts)[0]!;
+          // held for this caller like any flight it takes (a caller that failed meanwhile never
+          // drops it: that buffer is left to the collector)
+          f.lease.hold();
+          seg.lease = f.lease;
+          return f.promise;
         });
-      segments.push({ offset, end, data });
+      segments.push(seg);
     };
     const network = (offset: number, end: number): void => {
       if (end <= offset) return;
@@ -232,10 +299,12 @@ export class SpanFetcher {
         const from = Math.max(pos, f.offset);
         const to = Math.min(r.end, f.end);
         const base = f.offset;
+        f.lease.hold();
         segments.push({
           offset: from,
           end: to,
           data: f.promise.then((b) => b.subarray(from - base, to - base)),
+          lease: f.lease,
         });
         if (!joined.has(f.batch)) {
           joined.add(f.batch);
@@ -247,8 +316,13 @@ export class SpanFetcher {
       gap(pos, r.end);
     }
     if (fresh.length > 0) {
-      const datas = this.fetchNow(fresh, opts, joined);
-      fresh.forEach((f, i) => (f.segment.data = datas[i]!));
+      const started = this.fetchNow(fresh, opts, joined);
+      fresh.forEach((f, i) => {
+        const flight = started[i]!;
+        flight.lease.hold();
+        f.segment.data = flight.promise;
+        f.segment.lease = flight.lease;
+      });
     }
     return segments;
   }
@@ -258,8 +332,9 @@ export class SpanFetcher {
     spans: ReadonlyArray<{ offset: number; end: number }>,
     opts: SpanFetchOptions,
     joined?: Set<Batch>,
-  ): Array<Promise<Buffer>> {
+  ): Flight[] {
     const batch: Batch = { ctl: new AbortController(), pinned: 0, background: 0 };
+    const leases = spans.map(() => new SpanLease());
     if (joined !== undefined) {
       joined.add(batch);
       this.join(batch, opts);
@@ -306,8 +381,19 @@ export class SpanFetcher {
           let total = 0;
           for (let i = 0; i < ranges.length; i++) {
             total += ranges[i]!.length;
+            // streamed to the sink in views as it arrived: never released (the sink's reads of
+            // those views are not tracked)
             if (progress !== undefined) progress.deliverRest(ranges[i]!.offset, bufs[i]!);
-            else this.deliver(ranges[i]!.offset, bufs[i]!);
+            else {
+              const lease = leases[i]!;
+              lease.buf = bufs[i]!;
+              const writing = this.deliver(ranges[i]!.offset, bufs[i]!);
+              if (writing !== undefined) {
+                lease.hold();
+                const drop = (): void => lease.drop();
+                writing.then(drop, drop);
+              }
+            }
           }
           this.ctx.onFetched(total);
           return bufs;
@@ -326,6 +412,7 @@ export class SpanFetcher {
       offset: s.offset,
       end: s.end,
       batch,
+      lease: leases[i]!,
       startedAt,
       promise: call.then((b) => b[i]!),
     }));
@@ -335,18 +422,22 @@ export class SpanFetcher {
     this.flights.sort((a, b) => a.offset - b.offset);
     const done = (): void => {
       this.flights = this.flights.filter((f) => f.batch !== batch);
+      // the table's hold: no later caller can join these flights
+      for (const l of leases) l.drop();
     };
     call.then(done, done);
-    return flights.map((f) => f.promise);
+    return flights;
   }
 
-  private deliver(offset: number, data: Buffer): void {
+  /** Hand bytes to the sink; the promise it may return settles once it no longer reads them. */
+  private deliver(offset: number, data: Buffer): Promise<unknown> | undefined {
     const sink = this.ctx.onCompressedBytes;
-    if (sink === undefined) return;
+    if (sink === undefined) return undefined;
     try {
-      sink(offset, data);
+      return sink(offset, data) ?? undefined;
     } catch (err) {
       this.ctx.logger.warn({ err, offset }, 'compressed bytes sink failed');
+      return undefined;
     }
   }
 
@@ -379,19 +470,22 @@ function mergeRanges(ranges: readonly ByteRange[]): Array<{ offset: number; end:
   return out;
 }
 
-/** Bytes of `r` from the resolved segments (a view when one segment holds them all). */
+/**
+ * Bytes of `r` from the resolved segments: a view when one segment holds them all, else a copy
+ * (`copied`: the caller's alone).
+ */
 function assemble(
   r: ByteRange,
   parts: ReadonlyArray<{ s: Segment; data: Buffer }>,
   ctx: ErrorContext,
-): Buffer {
-  if (r.length === 0) return Buffer.alloc(0);
+): { buf: Buffer; copied: boolean } {
+  if (r.length === 0) return { buf: Buffer.alloc(0), copied: false };
   const end = r.offset + r.length;
   const covering = parts.filter((p) => p.s.offset < end && p.s.end > r.offset);
   if (covering.length === 1) {
     const p = covering[0]!;
     if (p.s.offset <= r.offset && p.s.end >= end)
-      return p.data.subarray(r.offset - p.s.offset, end - p.s.offset);
+      return { buf: p.data.subarray(r.offset - p.s.offset, end - p.s.offset), copied: false };
   }
   covering.sort((a, b) => a.s.offset - b.s.offset);
   const out = Buffer.allocUnsafe(r.length);
@@ -406,5 +500,5 @@ function assemble(
   if (pos !== end) {
     throw new StoreError('E_IO', 'compressed range not covered after fetch', { ...ctx, offset: r.offset });
   }
-  return out;
+  return { buf: out, copied: true };
 }

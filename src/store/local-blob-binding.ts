@@ -17,7 +17,8 @@ import type { Logger } from '../util/logger.js';
 export class LocalBlobBinding implements LocalCompressedStore {
   private blob: LocalBlob | undefined;
   private failed = false;
-  private early: Array<[number, Buffer]> = [];
+  /** Bytes received before the local copy opened, each with what settles the sink's promise. */
+  private early: Array<{ offset: number; data: Buffer; done: (p: Promise<void> | undefined) => void }> = [];
   private readonly opened: Promise<LocalBlob | undefined>;
 
   constructor(
@@ -29,12 +30,13 @@ export class LocalBlobBinding implements LocalCompressedStore {
     this.opened = store.openBlob(digest, size).then(
       (blob) => {
         this.blob = blob;
-        for (const [offset, data] of this.early) blob.onCompressedBytes(offset, data);
+        for (const e of this.early) e.done(blob.onCompressedBytes(e.offset, e.data));
         this.early = [];
         return blob;
       },
       (err: unknown) => {
         this.failed = true;
+        for (const e of this.early) e.done(undefined);
         this.early = [];
         logger.warn(
           { err: asStoreError(err, 'E_IO'), digest },
@@ -59,9 +61,13 @@ export class LocalBlobBinding implements LocalCompressedStore {
   }
 
   /** The engine's sink: every compressed byte received from the network. */
-  readonly onCompressedBytes = (offset: number, data: Buffer): void => {
-    if (this.blob !== undefined) this.blob.onCompressedBytes(offset, data);
-    else if (!this.failed) this.early.push([offset, data]);
+  readonly onCompressedBytes = (offset: number, data: Buffer): Promise<void> | undefined => {
+    if (this.blob !== undefined) return this.blob.onCompressedBytes(offset, data);
+    if (this.failed) return undefined;
+    // held until the local copy opens and has written it (CompressedBytesSink)
+    return new Promise<void>((resolve) => {
+      this.early.push({ offset, data, done: (p) => void (p ?? Promise.resolve()).then(resolve) });
+    });
   };
 
   async settle(): Promise<void> {

@@ -6,6 +6,7 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { BlobFileHandle, BlobFs, DiskBudget } from '../../src/cache/blob-files.js';
 import { BlobStore } from '../../src/cache/blob-store.js';
+import type { CompressedBytesSink, LocalCompressedBytes } from '../../src/layer/compressed-store.js';
 import { ChunkCache } from '../../src/cache/index.js';
 import { captureLogger } from '../helpers/registry-log-capture.js';
 
@@ -473,13 +474,6 @@ describe('BlobStore: bounds and disk errors', () => {
   });
 });
 
-/** The engine's seam (src/layer/compressed-store.ts on the engine branch), restated here. */
-interface LocalCompressedBytes {
-  covered(offset: number, length: number): boolean;
-  held?(offset: number, length: number): Array<{ offset: number; length: number }>;
-  read(offset: number, length: number, signal?: AbortSignal): Promise<Buffer>;
-}
-
 describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
   it('bytes are held from the moment they are handed over: served from memory until written', async () => {
     let release!: () => void;
@@ -498,9 +492,11 @@ describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
       const blob = randomBytes(10_000);
       const b = await store.openBlob(digestOf(blob), blob.length);
       const seam: LocalCompressedBytes = b;
-      const sink: (offset: number, data: Buffer) => void = b.onCompressedBytes;
+      const sink: CompressedBytesSink = b.onCompressedBytes;
       if (outcome === 'written') {
-        sink(2000, blob.subarray(2000, 6000));
+        // the sink's promise: it reads the bytes handed over until their write is done
+        let writeDone = false;
+        void sink(2000, blob.subarray(2000, 6000))?.then(() => (writeDone = true));
         expect(seam.covered(2000, 4000)).toBe(true);
         expect(seam.held!(0, 10_000)).toEqual([{ offset: 2000, length: 4000 }]);
         expect(b.missing(0, 10_000)).toEqual([
@@ -509,9 +505,11 @@ describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
         ]);
         expect(b.coverage()).toEqual([]); // not on disk yet
         expect((await seam.read(2500, 1000)).equals(blob.subarray(2500, 3500))).toBe(true);
+        expect(writeDone).toBe(false);
         release();
         await b.flush();
         expect(b.coverage()).toEqual([{ start: 2000, end: 6000 }]);
+        expect(writeDone).toBe(true);
         // mixed: part on disk, part still in memory
         failIt = false;
         sink(6000, blob.subarray(6000, 7000));
@@ -520,9 +518,10 @@ describe('BlobStore: engine seam (localBytes / onCompressedBytes)', () => {
         expect(() => sink(9990, Buffer.alloc(20))).not.toThrow();
       } else {
         failIt = true;
-        const w = b.write(0, blob.subarray(0, 3000));
+        const w = sink(0, blob.subarray(0, 3000));
         expect(seam.covered(0, 3000)).toBe(true);
-        await w;
+        await w; // settles, failed write or not: the bytes are no longer read
+        await b.flush();
         expect(seam.covered(0, 3000)).toBe(false);
         await expect(seam.read(0, 3000)).rejects.toMatchObject({ code: 'E_NOT_FOUND' });
         expect(b.missing(0, 3000)).toEqual([{ start: 0, end: 3000 }]);

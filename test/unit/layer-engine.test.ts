@@ -19,6 +19,7 @@ import {
   type ReadRangesOptions,
 } from '../../src/layer/index.js';
 import { ManualClock } from '../../src/util/clock.js';
+import { handOver } from '../../src/util/release-buffer.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256, type Fixture } from './layer-fixture.js';
@@ -35,6 +36,8 @@ interface Held {
 class HeldSource implements BlobSource {
   held: Held[] = [];
   auto = false;
+  /** Results are made for the caller alone and marked so (util/release-buffer.ts handOver). */
+  handsOver = false;
   /** Offsets whose byte is flipped, for requests without bypassCache (a bad cache on the way). */
   corruptUnlessBypass = new Set<number>();
   /** Offsets flipped in the first response covering them only (a transient bad read). */
@@ -76,7 +79,9 @@ class HeldSource implements BlobSource {
     });
     h.settled = true;
     return ranges.map((r) => {
-      const out = Buffer.from(this.blob.subarray(r.offset, r.offset + r.length));
+      const out = Buffer.allocUnsafeSlow(r.length);
+      this.blob.copy(out, 0, r.offset, r.offset + r.length);
+      if (this.handsOver) handOver(out);
       for (let i = 0; i < out.length; i++) {
         const at = r.offset + i;
         if (!h.bypassCache && this.corruptUnlessBypass.has(at)) out[i] = out[i]! ^ 0x5a;
@@ -225,6 +230,94 @@ describe('SpanFetcher', () => {
     const [b] = await f.fetch([{ offset: 0, length: 100 }], { priority: 'background', bypassCache: true });
     expect(b!.equals(blob.subarray(0, 100))).toBe(true);
     expect(source.held.at(-1)).toMatchObject({ ranges: [{ offset: 0, length: 100 }], bypassCache: true });
+  });
+});
+
+describe('SpanFetcher gives span buffers back', () => {
+  function fetcherWithSink(source: HeldSource, size: number) {
+    const writes: Buffer[] = [];
+    const finish: Array<() => void> = [];
+    const f = new SpanFetcher({
+      source,
+      blobSize: size,
+      // a sink writing each span to a file: it reads the buffer until its write settles
+      onCompressedBytes: (_o, data) => {
+        writes.push(data);
+        return new Promise<void>((r) => finish.push(r));
+      },
+      onFetched: () => undefined,
+      logger: silentLogger,
+      context: {},
+    });
+    return { f, writes, finish };
+  }
+  const blob = Buffer.from(Array.from({ length: 8000 }, (_, i) => i % 251));
+
+  it('once the flight ended, the sink wrote it and every caller is done with it; not before', async () => {
+    const source = new HeldSource(blob);
+    source.handsOver = true;
+    const { f, writes, finish } = fetcherWithSink(source, blob.length);
+    const a = f.fetchLeased([{ offset: 0, length: 5000 }], { priority: 'on-demand' });
+    const b = f.fetchLeased([{ offset: 500, length: 500 }], { priority: 'on-demand' }); // joins a's
+    source.releaseAll();
+    const [la, lb] = await Promise.all([a, b]);
+    expect(source.held).toHaveLength(1);
+    const span = writes[0]!;
+    expect(lb.bufs[0]!.equals(blob.subarray(500, 1000))).toBe(true);
+    la.release();
+    expect(span.length).toBe(5000); // b still reads its view of it, the sink still writes it
+    lb.release();
+    lb.release(); // twice is once
+    expect(span.length).toBe(5000); // the sink's write is still running
+    finish[0]!();
+    await settle(2);
+    expect(span.length).toBe(0); // given back: every view of it reads empty, never other bytes
+    expect(lb.bufs[0]!.length).toBe(0);
+  });
+
+  it('never while a plain fetch holds it, nor when the source did not hand it over', async () => {
+    const source = new HeldSource(blob);
+    source.handsOver = true;
+    source.auto = true;
+    const { f, writes, finish } = fetcherWithSink(source, blob.length);
+    const leased = f.fetchLeased([{ offset: 0, length: 5000 }], { priority: 'on-demand' });
+    const plain = f.fetch([{ offset: 1000, length: 100 }], { priority: 'on-demand' }); // says nothing
+    (await leased).release();
+    await plain;
+    for (const done of finish) done();
+    await settle(2);
+    expect(writes[0]!.length).toBe(5000);
+
+    const shared = new HeldSource(blob); // returns memory it may share: never handed over
+    shared.auto = true;
+    const other = fetcherWithSink(shared, blob.length);
+    const got = await other.f.fetchLeased([{ offset: 0, length: 6000 }], { priority: 'on-demand' });
+    got.release();
+    for (const done of other.finish) done();
+    await settle(2);
+    expect(got.bufs[0]!.equals(blob.subarray(0, 6000))).toBe(true);
+  });
+
+  it("a copy stitched from several flights is the caller's own: released with its lease", async () => {
+    const big = Buffer.from(Array.from({ length: 200_000 }, (_, i) => i % 249));
+    const source = new HeldSource(big);
+    source.handsOver = true;
+    source.auto = true;
+    const { f, finish } = fetcherWithSink(source, big.length);
+    const first = f.fetchLeased([{ offset: 0, length: 4200 }], { priority: 'on-demand' });
+    // joins the first flight and fetches the rest: stitched into a copy (larger than Node's
+    // allocation pool, which small copies come from and which is never released)
+    const whole = f.fetchLeased([{ offset: 0, length: big.length }], { priority: 'on-demand' });
+    const [l1, l2] = await Promise.all([first, whole]);
+    expect(source.held).toHaveLength(2);
+    expect(l2.bufs[0]!.equals(big)).toBe(true);
+    l2.release();
+    expect(l2.bufs[0]!.length).toBe(0);
+    expect(l1.bufs[0]!.equals(big.subarray(0, 4200))).toBe(true); // still held by its own caller
+    l1.release();
+    for (const done of finish) done();
+    await settle(2);
+    expect(l1.bufs[0]!.length).toBe(0);
   });
 });
 

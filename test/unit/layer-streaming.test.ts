@@ -117,7 +117,7 @@ describe('background fetch: a preempted unit keeps what it received', () => {
 describe('ProgressDelivery', () => {
   it('holds pieces back until they are large enough, then delivers only what the sink has not had', () => {
     const got: Array<[number, number]> = [];
-    const d = new ProgressDelivery((o, b) => got.push([o, b.length]), 100);
+    const d = new ProgressDelivery((o, b) => void got.push([o, b.length]), 100);
     const data = Buffer.alloc(300, 7);
     d.onProgress(0, data.subarray(0, 60));
     expect(got).toEqual([]);
@@ -135,7 +135,7 @@ describe('ProgressDelivery', () => {
 
   it('delivers consecutive views of one buffer as one view of it, without copying', () => {
     const got: Buffer[] = [];
-    const d = new ProgressDelivery((_o, b) => got.push(b), 100);
+    const d = new ProgressDelivery((_o, b) => void got.push(b), 100);
     const data = Buffer.from(Array.from({ length: 300 }, (_, i) => i % 251));
     d.onProgress(0, data.subarray(0, 60));
     d.onProgress(60, data.subarray(60, 130));
