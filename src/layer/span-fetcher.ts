@@ -5,7 +5,8 @@ import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { ProgressDelivery } from './progress-delivery.js';
-import { releaseBuffer, releaseHandedOver } from '../util/release-buffer.js';
+import { releaseBuffer } from '../util/release-buffer.js';
+import { spanBuffers } from '../util/span-buffers.js';
 
 /** Who asks: on-demand reads and prefetch pin a shared fetch; background work may be preempted. */
 export type Priority = 'on-demand' | 'prefetch' | 'background';
@@ -53,9 +54,9 @@ interface Batch {
 /**
  * Who still reads one network range's buffer: the flight table until the call settles, the local
  * store until its write is done, and each caller that took a segment of it until it says it is
- * done (`fetchLeased`). The last one gives the buffer back at once (util/release-buffer.ts), if
- * the source handed it over: a cold model read otherwise left every compressed span to the next
- * paced full GC. Plain `fetch` callers never say so: buffers they took are left to the collector.
+ * done (`fetchLeased`). The last one gives the buffer back at once (util/span-buffers.ts: reused
+ * or released), if the source took it there: a cold model read otherwise left every compressed
+ * span to the next paced full GC, and filled a fresh mapping for every one. Plain `fetch` callers never say so: buffers they took are left to the collector.
  */
 class SpanLease {
   private holders = 1;
@@ -70,7 +71,7 @@ class SpanLease {
     if (--this.holders > 0 || this.buf === undefined) return;
     const b = this.buf;
     this.buf = undefined;
-    releaseHandedOver(b);
+    spanBuffers.giveBack(b);
   }
 }
 

@@ -3,7 +3,7 @@ import { parseContentRange, rangeHeader, type ByteRange } from './byte-ranges.js
 import { multipartBoundary, parseMultipartByteranges } from './multipart.js';
 import { dump, statusError, type Response } from './transport.js';
 import { networkErrorCode } from './retry.js';
-import { handOver } from '../util/release-buffer.js';
+import { spanBuffers } from '../util/span-buffers.js';
 
 /** Bytes of the blob starting at `offset`. */
 export interface Span {
@@ -230,8 +230,8 @@ async function collectRanges(
   for (const r of ranges) {
     const from = Math.max(base, r.offset);
     const to = Math.min(bodyEnd, r.offset + r.length);
-    // the caller's alone: its last holder may release it (layer/span-fetcher.ts)
-    if (from < to) spans.push({ offset: from, data: handOver(Buffer.allocUnsafe(to - from)) });
+    // the caller's alone: its last holder gives it back (layer/span-fetcher.ts)
+    if (from < to) spans.push({ offset: from, data: spanBuffers.take(to - from) });
   }
   spans.sort((x, y) => x.offset - y.offset);
   const need = bodyEnd;

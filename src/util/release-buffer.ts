@@ -29,22 +29,3 @@ export function releaseBuffer(buf: Buffer): boolean {
     return false;
   }
 }
-
-/** ArrayBuffers their producer made for one caller and keeps no reference to (`handOver`). */
-const handedOver = new WeakSet<ArrayBufferLike>();
-
-/**
- * A producer's mark on a buffer it made for its caller alone and keeps no reference to (the
- * registry client's range bodies): whoever holds it last may give it back with
- * `releaseHandedOver`. The blob-read contract lets sources return views of memory they share
- * (a held TOC tail, a test blob): buffers without this mark are never released by a consumer.
- */
-export function handOver(buf: Buffer): Buffer {
-  if (buf.byteOffset === 0 && buf.buffer.byteLength === buf.length) handedOver.add(buf.buffer);
-  return buf;
-}
-
-/** `releaseBuffer`, for a buffer its producer handed over (`handOver`) only. */
-export function releaseHandedOver(buf: Buffer): boolean {
-  return handedOver.has(buf.buffer) && releaseBuffer(buf);
-}

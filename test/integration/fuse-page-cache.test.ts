@@ -94,7 +94,10 @@ describe('fuse adapter: read request size and the kernel page cache', () => {
     expect(r).toEqual({ sha256: expected, length: SIZE });
     // the kernel asked for the attributes again (timeouts 0) ...
     expect(getattrs).toBeGreaterThan(attrsBefore);
-    // ... but not for a single byte: keep_cache on open, unchanged size/mtime keep the pages
-    expect(reads.length).toBe(before);
+    // ... but not for the file's bytes: keep_cache on open, unchanged size/mtime keep the pages.
+    // The kernel may still reclaim a few pages under memory pressure from other work (a full test
+    // run once re-read 5 of 64 requests' worth): without the page cache all 8 MiB come again.
+    const again = reads.slice(before).reduce((n, x) => n + x.length, 0);
+    expect(again).toBeLessThan(SIZE / 8);
   });
 });

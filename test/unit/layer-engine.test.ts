@@ -19,7 +19,7 @@ import {
   type ReadRangesOptions,
 } from '../../src/layer/index.js';
 import { ManualClock } from '../../src/util/clock.js';
-import { handOver } from '../../src/util/release-buffer.js';
+import { spanBuffers } from '../../src/util/span-buffers.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256, type Fixture } from './layer-fixture.js';
@@ -36,7 +36,7 @@ interface Held {
 class HeldSource implements BlobSource {
   held: Held[] = [];
   auto = false;
-  /** Results are made for the caller alone and marked so (util/release-buffer.ts handOver). */
+  /** Results are taken from util/span-buffers.ts: made for the caller alone, given back by it. */
   handsOver = false;
   /** Offsets whose byte is flipped, for requests without bypassCache (a bad cache on the way). */
   corruptUnlessBypass = new Set<number>();
@@ -79,9 +79,8 @@ class HeldSource implements BlobSource {
     });
     h.settled = true;
     return ranges.map((r) => {
-      const out = Buffer.allocUnsafeSlow(r.length);
+      const out = this.handsOver ? spanBuffers.take(r.length) : Buffer.allocUnsafeSlow(r.length);
       this.blob.copy(out, 0, r.offset, r.offset + r.length);
-      if (this.handsOver) handOver(out);
       for (let i = 0; i < out.length; i++) {
         const at = r.offset + i;
         if (!h.bypassCache && this.corruptUnlessBypass.has(at)) out[i] = out[i]! ^ 0x5a;
@@ -288,7 +287,7 @@ describe('SpanFetcher gives span buffers back', () => {
     await settle(2);
     expect(writes[0]!.length).toBe(5000);
 
-    const shared = new HeldSource(blob); // returns memory it may share: never handed over
+    const shared = new HeldSource(blob); // buffers not taken from span-buffers: never given back
     shared.auto = true;
     const other = fetcherWithSink(shared, blob.length);
     const got = await other.f.fetchLeased([{ offset: 0, length: 6000 }], { priority: 'on-demand' });
