@@ -53,7 +53,8 @@ export function assemble(
 
 /**
  * True when a chunk's buffer is shorter than the chunk: released by the cache (util/release-buffer.ts
- * leaves it empty) after it was handed out. Such bytes must be loaded again, never assembled.
+ * leaves it empty) while a read held it. Borrowing (ChunkCache.borrow) prevents that; should it
+ * happen anyway, the read fails instead of assembling bytes that are not there.
  */
 export function someReleased(chunks: readonly Chunk[], bufs: readonly ChunkBytes[]): boolean {
   for (let i = 0; i < chunks.length; i++) {

@@ -5,7 +5,6 @@ import { StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
 import type { CompressedBytesSink, LocalCompressedBytes } from './compressed-store.js';
 import { ProgressDelivery } from './progress-delivery.js';
-import { releaseBuffer } from '../util/release-buffer.js';
 import { spanBuffers } from '../util/span-buffers.js';
 
 /** Who asks: on-demand reads and prefetch pin a shared fetch; background work may be preempted. */
@@ -56,7 +55,8 @@ interface Batch {
  * store until its write is done, and each caller that took a segment of it until it says it is
  * done (`fetchLeased`). The last one gives the buffer back at once (util/span-buffers.ts: reused
  * or released), if the source took it there: a cold model read otherwise left every compressed
- * span to the next paced full GC, and filled a fresh mapping for every one. Plain `fetch` callers never say so: buffers they took are left to the collector.
+ * span to the next paced full GC, and filled a fresh mapping for every one. Plain `fetch` callers
+ * never say so: buffers they took are left to the collector.
  */
 class SpanLease {
   private holders = 1;
@@ -195,7 +195,7 @@ export class SpanFetcher {
             released = true;
             dropAll();
             // copies stitched from several segments are this caller's alone
-            for (const o of out) if (o.copied) releaseBuffer(o.buf);
+            for (const o of out) if (o.copied) spanBuffers.giveBack(o.buf);
           },
         };
       } catch (err) {
@@ -489,7 +489,7 @@ function assemble(
       return { buf: p.data.subarray(r.offset - p.s.offset, end - p.s.offset), copied: false };
   }
   covering.sort((a, b) => a.s.offset - b.s.offset);
-  const out = Buffer.allocUnsafe(r.length);
+  const out = spanBuffers.take(r.length);
   let pos = r.offset;
   for (const p of covering) {
     if (p.s.offset > pos) break;
