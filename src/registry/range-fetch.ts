@@ -3,6 +3,7 @@ import { parseContentRange, rangeHeader, type ByteRange } from './byte-ranges.js
 import { multipartBoundary, parseMultipartByteranges } from './multipart.js';
 import { dump, statusError, type Response } from './transport.js';
 import { networkErrorCode } from './retry.js';
+import { releaseBuffer } from '../util/release-buffer.js';
 import { spanBuffers } from '../util/span-buffers.js';
 
 /** Bytes of the blob starting at `offset`. */
@@ -160,7 +161,22 @@ async function readAll(res: Response, max: number, ctx: ErrorContext): Promise<B
   } catch (err) {
     throw bodyError(err, res, ctx);
   }
-  return Buffer.concat(chunks, n);
+  const body = Buffer.concat(chunks, n);
+  for (const b of chunks) giveBackSocketRead(b);
+  return body;
+}
+
+/**
+ * A body piece's bytes were copied out: give its memory back now, not at the next full garbage
+ * collection. undici hands body pieces as views into the buffer Node read from the socket (one
+ * per read, 64 KiB on a fast link); a piece that is the whole of that buffer was parsed to its end
+ * and nothing else reads it, so it is freed (util/release-buffer.ts frees nothing else: a read
+ * that also held headers, or a parser stopped half way through it, gives a partial view, left to
+ * the collector). Left to the collector, a cold model read's socket buffers piled up in malloc's
+ * heap between collections: 27-41 MB of the store's peak RSS (bench/README.md, session 18).
+ */
+function giveBackSocketRead(b: Buffer): void {
+  releaseBuffer(b, { counted: false });
 }
 
 /** [first requested byte, end of the last requested range). */
@@ -263,6 +279,7 @@ async function collectRanges(
       }
       while (si < spans.length && spans[si]!.offset + spans[si]!.data.length <= bEnd) si++;
       pos = bEnd;
+      giveBackSocketRead(b);
     }
   } catch (err) {
     throw bodyError(err, res, ctx);

@@ -14,15 +14,17 @@ import { gcPacer } from './gc-pacer.js';
  * The caller must hold the only reference that will ever be used again: afterwards every view of
  * it is empty (length 0), so a mistaken use reads nothing rather than other bytes. The bytes are
  * taken off the garbage collection pacer's count (util/gc-pacer.ts): they need no collection.
+ * `counted: false` for bytes the pacer never counted (socket reads): no credit for them, or the
+ * next collection of garbage it did count would come late.
  */
-export function releaseBuffer(buf: Buffer): boolean {
+export function releaseBuffer(buf: Buffer, opts: { counted?: boolean } = {}): boolean {
   const ab = buf.buffer as ArrayBuffer & { transfer?: (length: number) => ArrayBuffer; detached?: boolean };
   if (buf.byteOffset !== 0 || ab.byteLength !== buf.length || buf.length === 0) return false;
   if (typeof ab.transfer !== 'function' || ab.detached === true) return false;
   try {
     const n = buf.length;
     ab.transfer(0);
-    gcPacer.gaveBack(n);
+    if (opts.counted !== false) gcPacer.gaveBack(n);
     return true;
   } catch {
     // not detachable (a buffer V8 or a native module owns): left to the garbage collector

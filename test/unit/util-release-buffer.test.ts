@@ -26,6 +26,15 @@ describe('releaseBuffer', () => {
     expect(gcPacer.pending).toBe(before - 300_000); // nothing released, nothing taken off
   });
 
+  it('gives no pacer credit for bytes the pacer never counted (socket reads)', () => {
+    gcPacer.note(1 << 20);
+    const before = gcPacer.pending;
+    const b = Buffer.allocUnsafeSlow(65_536);
+    expect(releaseBuffer(b, { counted: false })).toBe(true);
+    expect(b.length).toBe(0);
+    expect(gcPacer.pending).toBe(before);
+  });
+
   it('leaves alone views of a larger buffer and slices of the shared allocation pool', () => {
     const big = Buffer.alloc(64 * 1024, 1);
     const part = big.subarray(0, 1024);
