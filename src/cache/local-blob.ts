@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { StoreError } from '../util/errors.js';
+import { spanBuffers } from '../util/span-buffers.js';
 import { RECORD_VERSION, BLOB_OVERHEAD, type BlobFileHandle, type CoverageRecord } from './blob-files.js';
 import type { BlobStore } from './blob-store.js';
 import { IntervalSet, type Interval } from './interval-set.js';
@@ -124,7 +125,8 @@ export class LocalBlob {
     const end = offset + length;
     const notFound = (): StoreError =>
       new StoreError('E_NOT_FOUND', 'range not stored locally', { digest: this.digest, offset, length });
-    const out = Buffer.allocUnsafe(length);
+    // from span-buffers: the span fetcher gives a local read back once its decodes are done
+    const out = spanBuffers.take(length);
     // Parts still being written come from memory, copied now (same tick as the check), so a
     // write completing or failing meanwhile cannot change what is read.
     for (const m of this.stored.missing(offset, end)) {

@@ -91,6 +91,8 @@ interface Segment {
   data: Promise<Buffer>;
   /** The flight whose buffer `data` is a view of (held for this caller until it is done). */
   lease?: SpanLease;
+  /** A local read's buffer (util/span-buffers.ts): this caller's alone, given back at `release`. */
+  own?: Buffer;
 }
 
 /** `SpanFetcher.fetchLeased`'s answer: the bytes, and what to call once done with them. */
@@ -194,8 +196,9 @@ export class SpanFetcher {
             if (released) return;
             released = true;
             dropAll();
-            // copies stitched from several segments are this caller's alone
+            // copies stitched from several segments, and local reads, are this caller's alone
             for (const o of out) if (o.copied) spanBuffers.giveBack(o.buf);
+            for (const s of segments) if (s.own !== undefined) spanBuffers.giveBack(s.own);
           },
         };
       } catch (err) {
@@ -272,6 +275,7 @@ export class SpanFetcher {
         .read(offset, end - offset, opts.signal)
         .then((b) => {
           if (b.length !== end - offset) throw new Error(`short local read (${b.length} of ${end - offset})`);
+          seg.own = b;
           return b;
         })
         // a local copy that cannot be read is fetched again

@@ -320,6 +320,35 @@ describe('SpanFetcher gives span buffers back', () => {
   });
 });
 
+describe('SpanFetcher gives local reads back', () => {
+  it("a local read is the caller's own: given back with its lease, never for a plain fetch", async () => {
+    const big = Buffer.from(Array.from({ length: 100_000 }, (_, i) => i % 247));
+    const source = new HeldSource(big);
+    source.auto = true;
+    const local = new MemoryLocalBytes(big.length);
+    local.onCompressedBytes(0, big);
+    const f = new SpanFetcher({
+      source,
+      blobSize: big.length,
+      localBytes: local,
+      onCompressedBytes: local.onCompressedBytes,
+      onFetched: () => undefined,
+      logger: silentLogger,
+      context: {},
+    });
+    const leased = await f.fetchLeased([{ offset: 1000, length: 50_000 }], { priority: 'on-demand' });
+    expect(source.held).toHaveLength(0); // read locally, not fetched
+    const got = leased.bufs[0]!;
+    expect(got.equals(big.subarray(1000, 51_000))).toBe(true);
+    leased.release();
+    expect(got.length).toBe(0); // given back: reads empty, never other bytes
+    const [plain] = await f.fetch([{ offset: 1000, length: 50_000 }], { priority: 'on-demand' });
+    await settle(2);
+    expect(plain!.equals(big.subarray(1000, 51_000))).toBe(true);
+    expect(local.reads).toBe(2);
+  });
+});
+
 describe('LazyLayer fetch engine', () => {
   it('a preempted background fetch keeps the units it received; every byte is received once', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'gzip');

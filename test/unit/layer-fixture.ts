@@ -10,6 +10,7 @@ import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import type { Chunk, LayerIndex, PrefetchHint, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
+import { spanBuffers } from '../../src/util/span-buffers.js';
 import type { BlobSource, ByteRange, ReadRangesOptions } from '../../src/layer/types.js';
 import type { LocalCompressedStore } from '../../src/layer/compressed-store.js';
 import { expect } from 'vitest';
@@ -306,9 +307,12 @@ export class MemoryLocalBytes implements LocalCompressedStore {
     return out;
   }
 
+  /** Like cache/local-blob.ts: a buffer from span-buffers, which its reader may give back. */
   async read(offset: number, length: number): Promise<Buffer> {
     this.reads++;
-    return Buffer.from(this.bytes.subarray(offset, offset + length));
+    const out = spanBuffers.take(length);
+    this.bytes.copy(out, 0, offset, offset + length);
+    return out;
   }
 
   /** Each byte received at most once, and every byte of [0, size) received. */

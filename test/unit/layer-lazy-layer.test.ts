@@ -153,6 +153,22 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     expect(own.equals(want)).toBe(true);
   });
 
+  it('a transient read copied from several chunks is released at the next turn; an own one stays', async () => {
+    const fx = buildFixture(mixedSpecs(chunkSize), compression);
+    const layer = makeLayer(fx, new TestSource(fx.blob));
+    const big = node(fx, 'big');
+    // over 32 KiB: a buffer of its own, not a slice of Node's allocation pool (never released)
+    const want = fx.files.get('big')!.subarray(100, 34_100);
+    const view = await layer.read(big, 100, 34_000, { transient: true });
+    const own = await layer.read(big, 100, 34_000);
+    expect(view.equals(want)).toBe(true); // what a FUSE answer copies in this turn
+    await new Promise<void>((r) => setImmediate(r));
+    expect(view.length).toBe(0);
+    expect(own.equals(want)).toBe(true);
+    // the chunks it was copied from are untouched
+    expect((await layer.read(big, 100, 34_000, { transient: true })).equals(want)).toBe(true);
+  });
+
   it('a read waiting for several chunks holds the early ones: released only once it is done', async () => {
     const fx = buildFixture(mixedSpecs(chunkSize), compression);
     const source = new TestSource(fx.blob);

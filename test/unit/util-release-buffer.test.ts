@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { gcPacer } from '../../src/util/gc-pacer.js';
-import { releaseBuffer } from '../../src/util/release-buffer.js';
+import { releaseBuffer, releaseNextTurn } from '../../src/util/release-buffer.js';
 
 describe('releaseBuffer', () => {
   it('detaches a Buffer that owns its whole ArrayBuffer: it reads as empty afterwards', () => {
@@ -33,6 +33,21 @@ describe('releaseBuffer', () => {
     expect(releaseBuffer(b, { counted: false })).toBe(true);
     expect(b.length).toBe(0);
     expect(gcPacer.pending).toBe(before);
+  });
+
+  it('releaseNextTurn: usable for the rest of this turn, released at the next', async () => {
+    gcPacer.note(1 << 20);
+    const before = gcPacer.pending;
+    const a = Buffer.allocUnsafeSlow(100_000).fill(1);
+    const b = Buffer.allocUnsafeSlow(70_000).fill(2);
+    releaseNextTurn(a, { counted: false });
+    releaseNextTurn(b);
+    await Promise.resolve();
+    expect(a[99_999]).toBe(1); // still there within the turn
+    await new Promise<void>((r) => setImmediate(r));
+    expect(a.length).toBe(0);
+    expect(b.length).toBe(0);
+    expect(gcPacer.pending).toBe(before - 70_000); // only the counted one is credited
   });
 
   it('leaves alone views of a larger buffer and slices of the shared allocation pool', () => {
