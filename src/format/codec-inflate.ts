@@ -202,3 +202,44 @@ export async function zstdRange(src: Buffer, skip: number, need: number): Promis
   }
   return out.subarray(0, Math.max(0, produced - skip));
 }
+
+/** Output buffer of a ZstdStreamDecoder: zstd's recommended streaming output size is 128 KiB. */
+const STREAM_OUT = 128 * 1024;
+
+/**
+ * A whole zstd stream (concatenated frames, skippable ones included) decoded piece by piece with
+ * one decoder context and one output buffer, reused: each run of output goes to `sink`
+ * synchronously, which must be done with it when it returns. zstd-napi's DecompressStream
+ * allocates a fresh 128 KiB buffer per output instead, one per frame at least: a zstd:chunked
+ * layer's DiffID check (frames of ~54 KiB) then left ~1 GB of such buffers per 400 MB layer to the
+ * collector, in malloc's heap (bench/README.md, session 18).
+ */
+export class ZstdStreamDecoder {
+  private readonly ctx: DCtx;
+  private readonly out = Buffer.allocUnsafeSlow(STREAM_OUT);
+  private inFrame = false;
+
+  constructor() {
+    napi ??= createRequire(import.meta.url)('zstd-napi/binding') as ZstdNapi;
+    this.ctx = new napi.DCtx();
+  }
+
+  /** Decode all of `src` (throws on corrupt data). */
+  write(src: Buffer, sink: (data: Buffer) => void): void {
+    let rest = src;
+    for (;;) {
+      const [ret, produced, consumed] = this.ctx.decompressStream(this.out, rest);
+      if (produced > 0) sink(this.out.subarray(0, produced));
+      rest = rest.subarray(consumed);
+      this.inFrame = ret !== 0;
+      // input used up, and the output did not fill (nothing more buffered) or the frame ended
+      if (rest.length === 0 && (produced < this.out.length || ret === 0)) return;
+      if (produced === 0 && consumed === 0) throw new Error('zstd decoder made no progress');
+    }
+  }
+
+  /** True when the stream so far ends inside a frame (truncated, if nothing follows). */
+  get midFrame(): boolean {
+    return this.inFrame;
+  }
+}

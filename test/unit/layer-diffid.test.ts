@@ -63,5 +63,35 @@ describe.each([['StreamDigest (thread pool, no worker)', StreamDigest]] as const
       ).rejects.toMatchObject({ code: 'E_DECOMPRESS' });
       await s.destroy();
     });
+
+    it('a zstd stream cut inside a frame, or corrupted, fails with a typed error', async () => {
+      const blob = await readFile(join(SAMPLES, 'zstd-chunked', 'layer0-9b70c3633ed7.tar.zst'));
+      const cut = new Impl('zstd');
+      await cut.write(blob.subarray(0, 3000)); // inside the first data frame
+      await expect(cut.end()).rejects.toMatchObject({ code: 'E_DECOMPRESS' });
+      const bad = Buffer.from(blob);
+      for (let i = 100; i < 400; i++) bad[i] = 0xff;
+      const s = new Impl('zstd');
+      await expect(
+        (async () => {
+          for (let off = 0; off < bad.length; off += 4096) await s.write(bad.subarray(off, off + 4096));
+          return await s.end();
+        })(),
+      ).rejects.toMatchObject({ code: 'E_DECOMPRESS' });
+      await s.destroy();
+    });
+
+    it('is done with each buffer written once write() resolves (the caller may reuse it)', async () => {
+      const dir = 'zstd-chunked';
+      const blob = await readFile(join(SAMPLES, dir, 'layer0-9b70c3633ed7.tar.zst'));
+      const s = new Impl('zstd');
+      const scratch = Buffer.alloc(5000);
+      for (let off = 0; off < blob.length; off += scratch.length) {
+        const n = blob.copy(scratch, 0, off, off + scratch.length);
+        await s.write(scratch.subarray(0, n));
+        scratch.fill(0xee); // overwritten before the next piece: must not change the digest
+      }
+      expect((await s.end()).digest).toBe((await configDiffIds(dir))[0]);
+    });
   },
 );
