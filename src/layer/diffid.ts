@@ -109,9 +109,9 @@ export class StreamDigest {
         this.hash.update(d);
         this.size += d.length;
       });
-      // no garbage made here any more, but the pass's own (spans, decoded chunks) is still
-      // collected at the pace the decoded stream used to set (layers mounted: peak 170-181 MB with
-      // this, 186-197 without, same code otherwise; bench/README.md session 18)
+      // no garbage is made here any more, but the pass's own (unit spans, decoded chunks) is
+      // still collected at the pace the decoded stream used to set: the pacing measured
+      // (bench/README.md session 18), not tuned anew
       gcPacer.note(piece.length);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
