@@ -3,6 +3,7 @@ import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
 import { gcPacer } from '../util/gc-pacer.js';
+import { atNextTurn } from '../util/next-turn.js';
 import { releaseBuffer } from '../util/release-buffer.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
@@ -99,9 +100,6 @@ export class ChunkCache {
   private readonly writes = new SingleFlight<string, void>();
   private scanned = false;
   private closed = false;
-  /** Buffers the memory LRU let go of, released at the next turn of the event loop (`retire`). */
-  private retired: Array<{ hex: string; buf: Buffer }> = [];
-  private retireArmed = false;
   /** Readers holding chunk buffers across turns of the event loop, per chunk (`borrow`). */
   private readonly borrowed = new Map<string, number>();
   /** Buffers that left the LRU while borrowed: released when the last borrower is done. */
@@ -480,32 +478,24 @@ export class ChunkCache {
    * be reading it (released after the write).
    */
   private retire(hex: string, buf: Buffer): void {
-    this.retired.push({ hex, buf });
-    if (this.retireArmed) return;
-    this.retireArmed = true;
-    setImmediate(() => this.releaseRetired());
+    atNextTurn(() => this.releaseRetired(hex, buf));
   }
 
-  private releaseRetired(): void {
-    const list = this.retired;
-    this.retired = [];
-    this.retireArmed = false;
-    for (const { hex, buf } of list) {
-      if (this.memory.peek(hex) === buf) continue;
-      if (this.borrowed.has(hex)) {
-        const held = this.heldBack.get(hex);
-        if (held === undefined) this.heldBack.set(hex, [buf]);
-        else if (!held.includes(buf)) held.push(buf);
-        continue;
-      }
-      const writing = this.writes.get(hex);
-      if (writing !== undefined) {
-        const later = (): void => this.retire(hex, buf);
-        void writing.then(later, later);
-        continue;
-      }
-      releaseBuffer(buf);
+  private releaseRetired(hex: string, buf: Buffer): void {
+    if (this.memory.peek(hex) === buf) return;
+    if (this.borrowed.has(hex)) {
+      const held = this.heldBack.get(hex);
+      if (held === undefined) this.heldBack.set(hex, [buf]);
+      else if (!held.includes(buf)) held.push(buf);
+      return;
     }
+    const writing = this.writes.get(hex);
+    if (writing !== undefined) {
+      const later = (): void => this.retire(hex, buf);
+      void writing.then(later, later);
+      return;
+    }
+    releaseBuffer(buf);
   }
 
   /**

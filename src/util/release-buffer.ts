@@ -1,4 +1,5 @@
 import { gcPacer } from './gc-pacer.js';
+import { atNextTurn } from './next-turn.js';
 
 /**
  * Give a dead Buffer's memory back now instead of at the next full garbage collection.
@@ -32,19 +33,10 @@ export function releaseBuffer(buf: Buffer, opts: { counted?: boolean } = {}): bo
   }
 }
 
-let soon: Array<{ buf: Buffer; counted: boolean }> = [];
-
 /**
  * Release `buf` at the start of the next turn of the event loop (see releaseBuffer): for a buffer
  * handed to a caller that copies it within the current turn (a transient read's answer).
  */
 export function releaseNextTurn(buf: Buffer, opts: { counted?: boolean } = {}): void {
-  if (soon.length === 0) {
-    setImmediate(() => {
-      const due = soon;
-      soon = [];
-      for (const d of due) releaseBuffer(d.buf, { counted: d.counted });
-    });
-  }
-  soon.push({ buf, counted: opts.counted !== false });
+  atNextTurn(() => releaseBuffer(buf, opts));
 }
