@@ -9,6 +9,7 @@ export class Waiters {
   private readonly ctl = new AbortController();
   private count = 0;
   private forGood = false;
+  private callers = 0;
 
   /** `onAbandoned`: called once, synchronously, when the last waiter gave up. */
   constructor(private readonly onAbandoned?: () => void) {}
@@ -17,13 +18,23 @@ export class Waiters {
     return this.ctl.signal;
   }
 
+  /**
+   * Did more than one caller ever wait (for good or not, given up or not)? The work's result is
+   * then possibly in several hands, and only the garbage collector may free it.
+   */
+  get shared(): boolean {
+    return this.callers > 1;
+  }
+
   /** A waiter that cannot give up: the work is never abandoned. */
   addForGood(): void {
+    this.callers++;
     this.forGood = true;
   }
 
   /** One more waiter; call the returned function when it gives up (extra calls are ignored). */
   join(): (reason?: unknown) => void {
+    this.callers++;
     this.count++;
     let left = false;
     return (reason) => {

@@ -516,6 +516,80 @@ describe('LazyLayer fetch engine', () => {
   });
 });
 
+describe('prefetched chunks', () => {
+  async function prefetchLayer(
+    auto: boolean,
+  ): Promise<{ fx: Fixture; source: HeldSource; layer: LazyLayer; mem: ChunkCache; put: Map<string, Buffer> }> {
+    // chunks as large as a decoder step: each decoded into a buffer of its own (smaller ones are
+    // views into one step buffer, which only the garbage collector may free)
+    const fx = buildFixture(mixedSpecs(64 * 1024), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = auto;
+    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 8 << 20 });
+    const put = new Map<string, Buffer>();
+    const orig = mem.put.bind(mem);
+    vi.spyOn(mem, 'put').mockImplementation((digest, data, opts) => {
+      put.set(digest, data);
+      return orig(digest, data, opts);
+    });
+    const prefetchEnd = fx.blob.length;
+    const layer = makeLayer(
+      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: prefetchEnd } } },
+      source,
+      { prefetch: true, cache: mem },
+    );
+    return { fx, source, layer, mem, put };
+  }
+
+  it('go to disk, not the memory LRU, and their buffers are released once written', async () => {
+    const { fx, layer, mem, put } = await prefetchLayer(true);
+    try {
+      layer.start();
+      await layer.whenPrefetched();
+      await mem.flush();
+      const big = fx.nodes.get('big')!;
+      for (const c of big.chunks) {
+        expect(mem.onDisk(c.digest)).toBe(true);
+        expect(mem.getMemory(c.digest)).toBeUndefined();
+        // detached: its memory went back without waiting for a collection (the short tail chunk
+        // is a view into a decoder step buffer, left to the collector)
+        expect(put.get(c.digest)!.length).toBe(c.size === 64 * 1024 ? 0 : c.size);
+      }
+      const want = fx.files.get('big')!;
+      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  });
+
+  it('a reader that joined the prefetch keeps its bytes: that buffer is not released', async () => {
+    const { fx, source, layer, mem, put } = await prefetchLayer(false);
+    try {
+      layer.start();
+      while (source.held.length === 0) await settle(1);
+      const big = fx.nodes.get('big')!;
+      const want = fx.files.get('big')!;
+      const first = big.chunks[0]!;
+      // joins the in-flight prefetch of its first chunk instead of fetching it again
+      const reading = layer.read(big, 0, first.size);
+      await settle();
+      expect(source.held).toHaveLength(1);
+      source.releaseAll();
+      const got = await reading;
+      await layer.whenPrefetched();
+      await mem.flush();
+      expect(got.equals(want.subarray(0, first.size))).toBe(true);
+      expect(put.get(first.digest)!.length).toBe(first.size);
+      // the chunks nobody joined were released
+      expect(put.get(big.chunks[1]!.digest)!.length).toBe(0);
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  });
+});
+
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
   it('chunks read while their compressed bytes are kept locally stay off disk until the background pass writes them', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
