@@ -18,8 +18,6 @@ const MAX_FIELD_BYTES = 1 << 20;
 const BATCH_BYTES = 64 * 1024;
 /** A fast cut (see TocScanner.fastCut) takes at most this many bytes of one pushed piece. */
 const FAST_BYTES = 256 * 1024;
-/** How writers separate entries (compact JSON): where a fast cut looks for an entry boundary. */
-const ENTRY_GAP = Buffer.from('},{');
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -80,6 +78,30 @@ function skipEntry(chunk: Uint8Array, from: number, st: Int32Array): number {
 
 function isWs(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+/**
+ * The comma of the last `}` ws* `,` ws* `{` whose `{` lies in [from, last], or -1. Candidates are
+ * found with lastIndexOf (native); each is checked by stepping back over whitespace only.
+ */
+function lastEntryGap(chunk: Buffer, from: number, last: number): number {
+  let at = last;
+  while (at > from) {
+    const open = chunk.lastIndexOf(0x7b /* { */, at);
+    if (open <= from) return -1;
+    let k = open - 1;
+    while (k > from && isWs(chunk[k]!)) k--;
+    if (chunk[k] === 0x2c /* , */ && closeBefore(chunk, k) >= from) return k;
+    at = open - 1;
+  }
+  return -1;
+}
+
+/** The index of the `}` before the comma at `comma` (whitespace between), or -1. */
+function closeBefore(chunk: Buffer, comma: number): number {
+  let k = comma - 1;
+  while (k >= 0 && isWs(chunk[k]!)) k--;
+  return k >= 0 && chunk[k] === 0x7d /* } */ ? k : -1;
 }
 
 function invalid(why: string): StoreError {
@@ -323,19 +345,22 @@ export class TocScanner {
   }
 
   /**
-   * Inside an entry of the open batch: try to take the batch up to the last `},{` of this piece
-   * (within FAST_BYTES) with one JSON.parse, instead of scanning its bytes one by one -- the scan
-   * cost as much as the parse. A successful parse proves the cut is an entry boundary: JSON is
-   * read the same way whatever follows, and text cut inside a string or a nested value cannot
-   * parse as a list of values. Returns the index of the comma after the cut, or 0 when there is
-   * no such `},{` or the text does not parse (a name containing `},{`, malformed JSON): the
-   * exact scan then goes on from where it was, and reports errors as usual.
+   * Inside an entry of the open batch: try to take the batch up to the last entry boundary of this
+   * piece (within FAST_BYTES) with one JSON.parse, instead of scanning its bytes one by one -- the
+   * scan cost as much as the parse. A boundary is `}` `,` `{` with any whitespace between: compact
+   * writers emit `},{`, the Go eStargz writer indents with tabs (`},\n\t\t{`). A successful parse
+   * proves the cut is an entry boundary: JSON is read the same way whatever follows, and text cut
+   * inside a string or a nested value cannot parse as a list of values. Returns the index of the
+   * comma after the cut, or 0 when there is no boundary or the text does not parse (a name
+   * containing one, malformed JSON): the exact scan then goes on from where it was, and reports
+   * errors as usual.
    */
   private fastCut(chunk: Buffer, from: number): number {
-    const limit = Math.min(chunk.length, from + FAST_BYTES) - ENTRY_GAP.length;
-    const gap = limit < from ? -1 : chunk.lastIndexOf(ENTRY_GAP, limit);
-    if (gap < from) return 0;
-    const text = this.batch.peek(chunk.subarray(Math.max(this.batchFrom, 0), gap + 1));
+    const cut = lastEntryGap(chunk, from, Math.min(chunk.length, from + FAST_BYTES) - 1);
+    if (cut < 0) return 0;
+    const close = closeBefore(chunk, cut);
+    if (close < from) return 0;
+    const text = this.batch.peek(chunk.subarray(Math.max(this.batchFrom, 0), close + 1));
     let parsed: unknown[];
     try {
       parsed = JSON.parse(`[${text.toString('utf8')}]`) as unknown[];
@@ -348,7 +373,7 @@ export class TocScanner {
     this.checkCount();
     this.batchCount = parsed.length;
     this.handOut(parsed);
-    return gap + 1;
+    return cut;
   }
 
   private checkCount(): void {

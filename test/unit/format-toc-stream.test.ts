@@ -89,6 +89,27 @@ describe('TocScanner', () => {
     );
   });
 
+  test('an indented TOC (the Go eStargz writer uses tabs) is cut with one parse per piece', () => {
+    const entries = Array.from({ length: 2000 }, (_, i) => ({
+      name: `usr/lib/f${i}`,
+      type: 'reg',
+      size: i,
+      xattrs: { 'user.a': 'eA==' },
+    }));
+    const doc = Buffer.from(JSON.stringify({ version: 1, entries }, null, '\t'));
+    expect(doc.length).toBeGreaterThan(150_000);
+    expect(doc.length).toBeLessThan(256 * 1024);
+    const batches: number[] = [];
+    const scanner = new TocScanner(1e6, (raw) => batches.push(raw.length));
+    scanner.push(doc);
+    expect(scanner.end()).toMatchObject({ count: 2000 });
+    // the exact scan hands out a batch per 64 KiB; the fast cut takes all but the last entry at once
+    expect(batches).toEqual([1999, 1]);
+    // and cut anywhere, the entries are the same
+    const r = scanIn(doc, [1000, 70_000, 150_001]);
+    expect(r.entries).toEqual(entries);
+  });
+
   test('malformed documents are E_BAD_TOC wherever they are cut', () => {
     for (const text of [
       '',
