@@ -27,7 +27,7 @@ export interface ChunkCacheOptions {
   minFreeBytes?: number;
   /** Bounds the in-memory index (about 150 bytes per entry). Default 1 000 000 chunks. */
   maxEntries?: number;
-  /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (32 MiB). */
+  /** In-memory LRU budget in bytes. Default CACHE_DEFAULTS (16 MiB). */
   memoryBytes?: number;
   /**
    * Memory LRU entries unused this long leave once their chunk is on disk (checked every half of
@@ -196,7 +196,7 @@ export class ChunkCache {
   /**
    * A reader was served `bytes` of the chunk. Once all of its bytes were served its memory copy
    * leaves the LRU: the kernel's page cache holds what the reader got (kernel_cache), so the copy
-   * would only take memory from chunks still to be read (a sequential reader otherwise keeps 32 MiB
+   * would only take memory from chunks still to be read (a sequential reader otherwise keeps the whole LRU
    * of chunks it has passed). It never leaves as the only copy: it goes once the chunk is on disk,
    * or at once when `heldElsewhere` (the caller holds its compressed bytes locally) and it is
    * small. A large one is written to disk first: the kernel does drop single pages of a file read

@@ -13,13 +13,16 @@ export const CACHE_DEFAULTS = {
   minFreeBytes: 1 * GiB,
   /**
    * Verified chunks only: the kernel page cache holds file pages, and a chunk served whole leaves
-   * (ChunkCache.consumed), so the LRU holds chunks read ahead and chunks partly read. Kept at 32 MiB
-   * by measurement (2026-11-25, large image at scale 0.3, loopback, 3 runs, same run): none cut the
-   * cold model read from 132-182 to 112-140 MB/s (eStargz) and from 117-144 to 45-68 (zstd:chunked:
-   * a chunk kept off disk is decoded again for each 128 KiB read) for no start-up RSS gain; 16 MiB
-   * changed neither peak RSS nor read rates beyond noise.
+   * (ChunkCache.consumed), so the LRU holds chunks read ahead and chunks partly read; read-ahead
+   * windows are capped at half of it (read-ahead.ts fitToMemory). 16 MiB by measurement
+   * (2026-11-29, harness model-load, large image, same run, 4 runs each, 32 -> 16 MiB): peak RSS
+   * eStargz 155-163 -> 141-144 MB, zstd:chunked 164-189 -> 159-182 (100 Mbit/s: 158-170 -> 148-151),
+   * optimised 158-161 -> 148-157; cold read unchanged (eStargz 117 -> 118 MB/s median,
+   * zstd:chunked 94 -> 91; 100 Mbit/s 12 MB/s both). Earlier: none cut the cold model read from
+   * 132-182 to 112-140 MB/s (eStargz) and from 117-144 to 45-68 (zstd:chunked: a chunk kept off
+   * disk is decoded again for each 128 KiB read).
    */
-  memoryBytes: 32 * MiB,
+  memoryBytes: 16 * MiB,
   /**
    * A memory LRU entry unused this long leaves once its chunk is on disk: chunks prefetched or read
    * ahead for a reader that never came otherwise stay until evicted, in an idle store too (16 MB
