@@ -131,7 +131,7 @@ async function checkDiffID(r: BackgroundRun, stream: StreamDigestResult, final: 
   }
   if (stream.digest === expected || padding !== undefined) {
     const size = stream.size + (padding?.bytes ?? 0);
-    status.fullyVerified = true;
+    status.markFullyVerified();
     status.uncompressedSize = size;
     releaseLocalBytes(r.opts, status);
     if (r.opts.stateDir !== undefined) {

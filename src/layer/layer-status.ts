@@ -15,7 +15,7 @@ export class LayerStatus {
   bytesFetched = 0;
   prefetchDone = false;
   backgroundDone = false;
-  fullyVerified = false;
+  private fully = false;
   /** Length of the decompressed layer, once its DiffID matched. */
   uncompressedSize: number | undefined;
   /** Set when the layer failed its DiffID check: every read fails with it (E_LAYER_BAD). */
@@ -27,9 +27,23 @@ export class LayerStatus {
     private readonly context: ErrorContext,
   ) {}
 
+  /** The layer's DiffID matched: every chunk of it is verified. */
+  get fullyVerified(): boolean {
+    return this.fully;
+  }
+
+  /**
+   * Every chunk is verified from now on: the per-chunk set goes (about 130 bytes of heap per chunk,
+   * ~1.2 MB for the lab image's 9 layers mounted), wasVerified() answers true for all of them.
+   */
+  markFullyVerified(): void {
+    this.fully = true;
+    this.verified.clear();
+  }
+
   markVerified(c: Chunk): void {
     // zeros chunks need no data, so they are not part of chunksTotal either
-    if (c.zeros) return;
+    if (c.zeros || this.fully) return;
     const key = digestKey(c);
     if (this.verified.has(key)) return;
     this.verified.add(key);
@@ -37,9 +51,10 @@ export class LayerStatus {
   }
 
   wasVerified(c: Chunk): boolean {
-    return this.verified.has(digestKey(c));
+    return this.fully || this.verified.has(digestKey(c));
   }
 
+  /** Distinct chunks verified so far (not counted once the layer is fully verified: see state()). */
   get chunksVerified(): number {
     return this.verified.size;
   }

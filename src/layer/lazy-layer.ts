@@ -132,7 +132,7 @@ export class LazyLayer {
       if (this.opts.stateDir !== undefined && this.opts.expectedDiffID !== undefined) {
         const saved = await loadLayerState(this.opts.stateDir, this.layerKey);
         if (saved?.fullyVerified && saved.diffID === this.opts.expectedDiffID) {
-          this.status.fullyVerified = true;
+          this.status.markFullyVerified();
           releaseLocalBytes(this.opts, this.status);
           if (Number.isSafeInteger(saved.uncompressedSize) && saved.uncompressedSize! >= 0) {
             this.status.uncompressedSize = saved.uncompressedSize;
@@ -337,15 +337,17 @@ export class LazyLayer {
     const plan = this.planCache;
     const total = plan?.totalChunkBytes ?? 0;
     let percent = 0;
-    if (plan !== undefined) {
-      percent = total === 0 ? 100 : Math.min(100, Math.floor((100 * this.status.verifiedBytes) / total));
-    }
     const st = this.status;
+    if (st.fullyVerified) percent = 100;
+    else if (plan !== undefined) {
+      percent = total === 0 ? 100 : Math.min(100, Math.floor((100 * st.verifiedBytes) / total));
+    }
     const s: LayerState = {
       bytesFetched: st.bytesFetched,
       totalBytes: this.index.blobSize,
       percent,
-      chunksVerified: st.chunksVerified,
+      // a fully verified layer keeps no per-chunk record (LayerStatus.markFullyVerified)
+      chunksVerified: st.fullyVerified ? (plan?.chunks.length ?? 0) : st.chunksVerified,
       chunksTotal: plan?.chunks.length ?? 0,
       prefetchDone: st.prefetchDone,
       backgroundDone: st.backgroundDone,

@@ -362,6 +362,8 @@ describe.each(['gzip', 'zstd'] as const)('LazyLayer (%s)', (compression) => {
     await again.whenBackgroundDone();
     expect(again.state().fullyVerified).toBe(true);
     expect(again.state().uncompressedSize).toBe(fx.uncompressedSize);
+    // verified before the restart: reported whole, without a per-chunk record
+    expect(again.state()).toMatchObject({ percent: 100, chunksVerified: again.state().chunksTotal });
     expect(source2.requestCount).toBe(0);
   });
 
