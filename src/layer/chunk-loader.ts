@@ -442,17 +442,18 @@ export class ChunkLoader {
   }
 
   /**
-   * A prefetched chunk goes to disk, not the memory LRU, and its buffer is released once written
-   * if no reader joined its load: the prefetch caller drops the bytes, and until the next full
-   * collection they were garbage in 4 MiB mappings (optimised eStargz model load: ~16 MB of its
-   * peak RSS, bench/README.md session 19). The reader that comes for the file later reads it from
-   * the disk cache (page cache), as it would once the LRU had evicted it.
+   * A prefetched chunk goes to disk as well as to the memory LRU (the reader it was prefetched for
+   * usually comes soon: a start-up's landmark files read from chunk files instead ran the optimised
+   * image's run phase ~19 % slower). Once on disk, the LRU releases it when it leaves (read to its
+   * end, evicted); one the LRU does not keep is released after the disk write if no reader joined
+   * its load. Before, it stayed in memory only and, after the prefetch caller dropped it, waited
+   * for a collection: ~16 MB of the optimised model-load peak (bench/README.md session 19).
    */
   private deliverPrefetched(e: Pending, data: Buffer): void {
     const c = e.chunk;
     this.ctx.onVerified(c);
     e.resolve(data);
-    this.ctx.cache.put(c.digest, data, { memory: false }).then(
+    this.ctx.cache.put(c.digest, data, { disk: true }).then(
       // a joiner (a read that came while the prefetch was in flight) may still use the bytes
       (kept) => {
         if (!kept && !e.waiters.shared) releaseBuffer(data);

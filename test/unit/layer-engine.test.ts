@@ -519,13 +519,14 @@ describe('LazyLayer fetch engine', () => {
 describe('prefetched chunks', () => {
   async function prefetchLayer(
     auto: boolean,
+    memoryBytes: number,
   ): Promise<{ fx: Fixture; source: HeldSource; layer: LazyLayer; mem: ChunkCache; put: Map<string, Buffer> }> {
     // chunks as large as a decoder step: each decoded into a buffer of its own (smaller ones are
     // views into one step buffer, which only the garbage collector may free)
     const fx = buildFixture(mixedSpecs(64 * 1024), 'zstd');
     const source = new HeldSource(fx.blob);
     source.auto = auto;
-    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 8 << 20 });
+    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes });
     const put = new Map<string, Buffer>();
     const orig = mem.put.bind(mem);
     vi.spyOn(mem, 'put').mockImplementation((digest, data, opts) => {
@@ -540,9 +541,10 @@ describe('prefetched chunks', () => {
     );
     return { fx, source, layer, mem, put };
   }
+  const full = (c: { size: number }): boolean => c.size === 64 * 1024;
 
-  it('go to disk, not the memory LRU, and their buffers are released once written', async () => {
-    const { fx, layer, mem, put } = await prefetchLayer(true);
+  it('are kept in memory for their reader and written to disk; read to their end, released', async () => {
+    const { fx, layer, mem, put } = await prefetchLayer(true, 8 << 20);
     try {
       layer.start();
       await layer.whenPrefetched();
@@ -550,10 +552,34 @@ describe('prefetched chunks', () => {
       const big = fx.nodes.get('big')!;
       for (const c of big.chunks) {
         expect(mem.onDisk(c.digest)).toBe(true);
+        expect(mem.getMemory(c.digest)).toBeDefined();
+      }
+      const want = fx.files.get('big')!;
+      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
+      await settle();
+      for (const c of big.chunks) {
         expect(mem.getMemory(c.digest)).toBeUndefined();
         // detached: its memory went back without waiting for a collection (the short tail chunk
         // is a view into a decoder step buffer, left to the collector)
-        expect(put.get(c.digest)!.length).toBe(c.size === 64 * 1024 ? 0 : c.size);
+        expect(put.get(c.digest)!.length).toBe(full(c) ? 0 : c.size);
+      }
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  });
+
+  it('one the memory LRU does not keep is released once written', async () => {
+    // a quarter of 128 KiB is the largest chunk the LRU keeps: none of these 64 KiB chunks
+    const { fx, layer, mem, put } = await prefetchLayer(true, 128 * 1024);
+    try {
+      layer.start();
+      await layer.whenPrefetched();
+      await mem.flush();
+      const big = fx.nodes.get('big')!;
+      for (const c of big.chunks) {
+        expect(mem.onDisk(c.digest)).toBe(true);
+        expect(put.get(c.digest)!.length).toBe(full(c) ? 0 : c.size);
       }
       const want = fx.files.get('big')!;
       expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
@@ -564,7 +590,7 @@ describe('prefetched chunks', () => {
   });
 
   it('a reader that joined the prefetch keeps its bytes: that buffer is not released', async () => {
-    const { fx, source, layer, mem, put } = await prefetchLayer(false);
+    const { fx, source, layer, mem, put } = await prefetchLayer(false, 128 * 1024);
     try {
       layer.start();
       while (source.held.length === 0) await settle(1);
