@@ -81,8 +81,9 @@ function isWs(c: number): boolean {
 }
 
 /**
- * The comma of the last `}` ws* `,` ws* `{` whose `{` lies in [from, last], or -1. Candidates are
- * found with lastIndexOf (native); each is checked by stepping back over whitespace only.
+ * The `}` of the last `}` ws* `,` ws* `{` whose `}` lies at or after `from` and whose `{` lies at
+ * or before `last`, or -1. Candidates are found with lastIndexOf (native); each is checked by
+ * stepping back over whitespace only.
  */
 function lastEntryGap(chunk: Buffer, from: number, last: number): number {
   let at = last;
@@ -91,17 +92,14 @@ function lastEntryGap(chunk: Buffer, from: number, last: number): number {
     if (open <= from) return -1;
     let k = open - 1;
     while (k > from && isWs(chunk[k]!)) k--;
-    if (chunk[k] === 0x2c /* , */ && closeBefore(chunk, k) >= from) return k;
+    if (chunk[k] === 0x2c /* , */) {
+      k--;
+      while (k >= from && isWs(chunk[k]!)) k--;
+      if (k >= from && chunk[k] === 0x7d /* } */) return k;
+    }
     at = open - 1;
   }
   return -1;
-}
-
-/** The index of the `}` before the comma at `comma` (whitespace between), or -1. */
-function closeBefore(chunk: Buffer, comma: number): number {
-  let k = comma - 1;
-  while (k >= 0 && isWs(chunk[k]!)) k--;
-  return k >= 0 && chunk[k] === 0x7d /* } */ ? k : -1;
 }
 
 function invalid(why: string): StoreError {
@@ -190,7 +188,7 @@ export class TocScanner {
           if (fast) {
             const cut = this.fastCut(chunk, i);
             if (cut > 0) {
-              i = cut; // at the comma after the last entry taken
+              i = cut; // just after the last entry taken: whitespace, then its comma
               this.state = S.ArrCommaOrEnd;
               continue;
             }
@@ -350,16 +348,14 @@ export class TocScanner {
    * scan cost as much as the parse. A boundary is `}` `,` `{` with any whitespace between: compact
    * writers emit `},{`, the Go eStargz writer indents with tabs (`},\n\t\t{`). A successful parse
    * proves the cut is an entry boundary: JSON is read the same way whatever follows, and text cut
-   * inside a string or a nested value cannot parse as a list of values. Returns the index of the
-   * comma after the cut, or 0 when there is no boundary or the text does not parse (a name
+   * inside a string or a nested value cannot parse as a list of values. Returns the index right
+   * after the cut (whitespace, then the comma, follow), or 0 when there is no boundary or the text does not parse (a name
    * containing one, malformed JSON): the exact scan then goes on from where it was, and reports
    * errors as usual.
    */
   private fastCut(chunk: Buffer, from: number): number {
-    const cut = lastEntryGap(chunk, from, Math.min(chunk.length, from + FAST_BYTES) - 1);
-    if (cut < 0) return 0;
-    const close = closeBefore(chunk, cut);
-    if (close < from) return 0;
+    const close = lastEntryGap(chunk, from, Math.min(chunk.length, from + FAST_BYTES) - 1);
+    if (close < 0) return 0;
     const text = this.batch.peek(chunk.subarray(Math.max(this.batchFrom, 0), close + 1));
     let parsed: unknown[];
     try {
@@ -373,7 +369,7 @@ export class TocScanner {
     this.checkCount();
     this.batchCount = parsed.length;
     this.handOut(parsed);
-    return cut;
+    return close + 1;
   }
 
   private checkCount(): void {

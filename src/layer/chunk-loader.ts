@@ -423,7 +423,6 @@ export class ChunkLoader {
 
   private deliver(e: Pending, data: Buffer, priority: Priority): void {
     const c = e.chunk;
-    if (priority === 'prefetch') return this.deliverPrefetched(e, data);
     // A chunk whose compressed bytes the local store holds stays in memory only the first time it
     // is decoded: the background pass writes it to disk before those bytes go (layer fully
     // verified), and until then a miss decodes it from them. A file per chunk on the read path
@@ -431,32 +430,21 @@ export class ChunkLoader {
     // rename each) about half its speed. A chunk decoded again left the memory LRU before its
     // readers were done (a 4 MiB chunk serves 32 FUSE reads): it goes to disk, so no chunk is
     // decoded more than twice.
+    // A prefetched chunk goes to disk too: the prefetch caller drops the bytes, so the LRU can
+    // release it when it leaves (it is on disk), and one the LRU does not keep is released after
+    // the write unless a reader joined its load (then the collector frees it). Kept in memory
+    // only, they waited for a collection (~16 MB of the optimised model-load peak), and kept out
+    // of the LRU, a start-up read its landmark files from chunk files (run phase ~19 % slower;
+    // bench/README.md session 19).
+    const prefetched = priority === 'prefetch';
     const again = this.ctx.wasVerified?.(c) === true;
-    const disk = again || !this.ctx.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd);
+    const disk = prefetched || again || !this.ctx.fetcher.holdsLocally(c.compressedOffset, c.compressedEnd);
     this.ctx.onVerified(c);
     e.resolve(data);
     // Not awaited: the reader gets its bytes now; the cache write finishes on its own.
-    this.ctx.cache.put(c.digest, data, { disk }).catch((err: unknown) => {
-      this.ctx.logger.warn({ err, digest: c.digest }, 'chunk cache put failed');
-    });
-  }
-
-  /**
-   * A prefetched chunk goes to disk as well as to the memory LRU (the reader it was prefetched for
-   * usually comes soon: a start-up's landmark files read from chunk files instead ran the optimised
-   * image's run phase ~19 % slower). Once on disk, the LRU releases it when it leaves (read to its
-   * end, evicted); one the LRU does not keep is released after the disk write if no reader joined
-   * its load. Before, it stayed in memory only and, after the prefetch caller dropped it, waited
-   * for a collection: ~16 MB of the optimised model-load peak (bench/README.md session 19).
-   */
-  private deliverPrefetched(e: Pending, data: Buffer): void {
-    const c = e.chunk;
-    this.ctx.onVerified(c);
-    e.resolve(data);
-    this.ctx.cache.put(c.digest, data, { disk: true }).then(
-      // a joiner (a read that came while the prefetch was in flight) may still use the bytes
+    this.ctx.cache.put(c.digest, data, { disk }).then(
       (kept) => {
-        if (!kept && !e.waiters.shared) releaseBuffer(data);
+        if (prefetched && !kept && !e.waiters.shared) releaseBuffer(data);
       },
       (err: unknown) => {
         this.ctx.logger.warn({ err, digest: c.digest }, 'chunk cache put failed');

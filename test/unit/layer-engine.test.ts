@@ -20,6 +20,7 @@ import {
 } from '../../src/layer/index.js';
 import { ManualClock } from '../../src/util/clock.js';
 import { spanBuffers } from '../../src/util/span-buffers.js';
+import type { Chunk, TreeNode } from '../../src/format/model.js';
 import { StoreError } from '../../src/util/errors.js';
 import { silentLogger } from '../../src/util/logger.js';
 import { buildFixture, MemoryLocalBytes, mixedSpecs, sha256, type Fixture } from './layer-fixture.js';
@@ -517,10 +518,22 @@ describe('LazyLayer fetch engine', () => {
 });
 
 describe('prefetched chunks', () => {
-  async function prefetchLayer(
-    auto: boolean,
+  interface Prefetching {
+    fx: Fixture;
+    source: HeldSource;
+    layer: LazyLayer;
+    mem: ChunkCache;
+    /** The buffer each chunk was put into the cache with (detached once released). */
+    put: Map<string, Buffer>;
+    big: { node: TreeNode; want: Buffer };
+  }
+
+  /** A layer prefetching all of itself into a cache with a `memoryBytes` LRU; closed after `body`. */
+  async function withPrefetch(
     memoryBytes: number,
-  ): Promise<{ fx: Fixture; source: HeldSource; layer: LazyLayer; mem: ChunkCache; put: Map<string, Buffer> }> {
+    auto: boolean,
+    body: (p: Prefetching) => Promise<void>,
+  ): Promise<void> {
     // chunks as large as a decoder step: each decoded into a buffer of its own (smaller ones are
     // views into one step buffer, which only the garbage collector may free)
     const fx = buildFixture(mixedSpecs(64 * 1024), 'zstd');
@@ -533,87 +546,70 @@ describe('prefetched chunks', () => {
       put.set(digest, data);
       return orig(digest, data, opts);
     });
-    const prefetchEnd = fx.blob.length;
     const layer = makeLayer(
-      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: prefetchEnd } } },
+      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
       source,
       { prefetch: true, cache: mem },
     );
-    return { fx, source, layer, mem, put };
-  }
-  const full = (c: { size: number }): boolean => c.size === 64 * 1024;
-
-  it('are kept in memory for their reader and written to disk; read to their end, released', async () => {
-    const { fx, layer, mem, put } = await prefetchLayer(true, 8 << 20);
     try {
       layer.start();
+      const big = { node: fx.nodes.get('big')!, want: fx.files.get('big')! };
+      await body({ fx, source, layer, mem, put, big });
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  }
+  /** Released (detached), except the short tail chunk: a view into a decoder step buffer. */
+  const expectReleased = (put: Map<string, Buffer>, c: { digest: string; size: number }): void => {
+    expect(put.get(c.digest)!.length).toBe(c.size === 64 * 1024 ? 0 : c.size);
+  };
+
+  it('are kept in memory for their reader and written to disk; read to their end, released', () =>
+    withPrefetch(8 << 20, true, async ({ layer, mem, put, big }) => {
       await layer.whenPrefetched();
       await mem.flush();
-      const big = fx.nodes.get('big')!;
-      for (const c of big.chunks) {
+      for (const c of big.node.chunks) {
         expect(mem.onDisk(c.digest)).toBe(true);
         expect(mem.getMemory(c.digest)).toBeDefined();
       }
-      const want = fx.files.get('big')!;
-      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
+      expect((await layer.read(big.node, 0, big.want.length)).equals(big.want)).toBe(true);
       await settle();
-      for (const c of big.chunks) {
+      for (const c of big.node.chunks) {
         expect(mem.getMemory(c.digest)).toBeUndefined();
-        // detached: its memory went back without waiting for a collection (the short tail chunk
-        // is a view into a decoder step buffer, left to the collector)
-        expect(put.get(c.digest)!.length).toBe(full(c) ? 0 : c.size);
+        expectReleased(put, c);
       }
-    } finally {
-      for (const l of layers.splice(0)) await l.close();
-      await mem.close();
-    }
-  });
+    }));
 
-  it('one the memory LRU does not keep is released once written', async () => {
+  it('one the memory LRU does not keep is released once written', () =>
     // a quarter of 128 KiB is the largest chunk the LRU keeps: none of these 64 KiB chunks
-    const { fx, layer, mem, put } = await prefetchLayer(true, 128 * 1024);
-    try {
-      layer.start();
+    withPrefetch(128 * 1024, true, async ({ layer, mem, put, big }) => {
       await layer.whenPrefetched();
       await mem.flush();
-      const big = fx.nodes.get('big')!;
-      for (const c of big.chunks) {
+      for (const c of big.node.chunks) {
         expect(mem.onDisk(c.digest)).toBe(true);
-        expect(put.get(c.digest)!.length).toBe(full(c) ? 0 : c.size);
+        expectReleased(put, c);
       }
-      const want = fx.files.get('big')!;
-      expect((await layer.read(big, 0, want.length)).equals(want)).toBe(true);
-    } finally {
-      for (const l of layers.splice(0)) await l.close();
-      await mem.close();
-    }
-  });
+      expect((await layer.read(big.node, 0, big.want.length)).equals(big.want)).toBe(true);
+    }));
 
-  it('a reader that joined the prefetch keeps its bytes: that buffer is not released', async () => {
-    const { fx, source, layer, mem, put } = await prefetchLayer(false, 128 * 1024);
-    try {
-      layer.start();
+  it('a reader that joined the prefetch keeps its bytes: that buffer is not released', () =>
+    withPrefetch(128 * 1024, false, async ({ source, layer, mem, put, big }) => {
       while (source.held.length === 0) await settle(1);
-      const big = fx.nodes.get('big')!;
-      const want = fx.files.get('big')!;
-      const first = big.chunks[0]!;
+      const [first, second] = big.node.chunks as [Chunk, Chunk];
       // joins the in-flight prefetch of its first chunk instead of fetching it again
-      const reading = layer.read(big, 0, first.size);
+      const reading = layer.read(big.node, 0, first.size);
       await settle();
       expect(source.held).toHaveLength(1);
       source.releaseAll();
       const got = await reading;
       await layer.whenPrefetched();
       await mem.flush();
-      expect(got.equals(want.subarray(0, first.size))).toBe(true);
+      expect(got.equals(big.want.subarray(0, first.size))).toBe(true);
       expect(put.get(first.digest)!.length).toBe(first.size);
       // the chunks nobody joined were released
-      expect(put.get(big.chunks[1]!.digest)!.length).toBe(0);
-    } finally {
-      for (const l of layers.splice(0)) await l.close();
-      await mem.close();
-    }
-  });
+      expectReleased(put, second);
+    }));
 });
 
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
