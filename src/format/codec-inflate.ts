@@ -26,6 +26,15 @@ const MIN_STEP = 64;
 const GZIP_TRAILER = 8;
 
 /**
+ * A decoded chunk's buffer: its own memory, never a slice of Node's shared allocation slab
+ * (Buffer.allocUnsafe slices one for sizes under 32 KiB on Node 24). A slab slice cannot be
+ * released (util/release-buffer.ts) and the memory LRU keeps a copy of it instead: a cold
+ * zstd:chunked model read (many chunks under 32 KiB) left ~9 MB of slabs waiting for a collection
+ * at its peak, and copied every small chunk once more.
+ */
+const ownBuffer = (n: number): Buffer => Buffer.allocUnsafeSlow(n);
+
+/**
  * Collects decoder output bytes [skip, want): one step's buffer as is when it holds them all,
  * else copied into one buffer of their size. Output before `skip` is dropped as it arrives, so a
  * chunk deep inside a long member costs its own size, not the member's.
@@ -57,7 +66,7 @@ class Window {
       return;
     }
     if (this.out === undefined) {
-      this.out = Buffer.allocUnsafe(this.want - this.skip);
+      this.out = ownBuffer(this.want - this.skip);
       this.first?.copy(this.out, 0);
       this.first = undefined;
     }
@@ -182,7 +191,7 @@ export async function zstdRange(src: Buffer, skip: number, need: number): Promis
   napi ??= createRequire(import.meta.url)('zstd-napi/binding') as ZstdNapi;
   const ctx = idle.pop() ?? new napi.DCtx();
   ctx.reset(napi.ResetDirective.sessionOnly);
-  const out = Buffer.allocUnsafe(Math.max(0, need - skip));
+  const out = ownBuffer(Math.max(0, need - skip));
   let produced = 0;
   let consumed = 0;
   try {

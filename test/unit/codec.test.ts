@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeChunk, decodeChunks, decompressionCount, sha256Async } from '../../src/format/codec.js';
 import type { Chunk } from '../../src/format/model.js';
 import { DigestMismatchError, StoreError } from '../../src/util/errors.js';
+import { releaseBuffer } from '../../src/util/release-buffer.js';
 
 const require = createRequire(import.meta.url);
 const zstd = require('zstd-napi') as { compress(b: Uint8Array): Buffer; decompress(b: Uint8Array): Buffer };
@@ -160,6 +161,32 @@ describe('decodeChunk', () => {
     ]);
     expect((short[0] as Buffer).equals(files[0]!)).toBe(true);
     expect((short[1] as StoreError).code).toBe('E_TRUNCATED');
+  });
+
+  it('hands out small chunks in memory of their own (releasable, never a slice of the shared slab)', async () => {
+    // Node slices buffers under 32 KiB out of a shared 64 KiB slab: such a chunk could neither be
+    // released nor kept by the memory LRU without a copy
+    const small = texty(3000);
+    const z = await decodeChunk('zstd', zstdFrame(small), chunkOf(small));
+    const a = texty(5000);
+    const b = texty(6000);
+    const across = Buffer.concat([a, b]).subarray(1000, 9000);
+    const g = await decodeChunk(
+      'gzip',
+      Buffer.concat([gzipSync(a), gzipSync(b)]),
+      chunkOf(across, { innerOffset: 1000 }),
+    );
+    for (const [out, want] of [
+      [z, small],
+      [g, across],
+    ] as const) {
+      expect(out.equals(want)).toBe(true);
+      expect({ offset: out.byteOffset, whole: out.buffer.byteLength }).toEqual({
+        offset: 0,
+        whole: want.length,
+      });
+      expect(releaseBuffer(out)).toBe(true);
+    }
   });
 
   it('does not detach the caller span', async () => {
