@@ -171,6 +171,49 @@ export class ChunkLoader {
     return all;
   }
 
+  /** Are fetched compressed bytes kept by the layer's local store (so `stage` can be used)? */
+  get keepsBytes(): boolean {
+    return this.ctx.fetcher.keepsBytes;
+  }
+
+  /**
+   * Bring the compressed bytes of `chunks` into the layer's local store without decoding them, in
+   * one request at the prefetch tier: a later load decodes them from local bytes, never from the
+   * network (see LazyLayer.prefetch). Chunks cached, held or in flight are skipped. Needs a local
+   * store (`keepsBytes`); without one it does nothing.
+   */
+  async stage(chunks: readonly Chunk[], opts: { signal?: AbortSignal } = {}): Promise<void> {
+    if (!this.keepsBytes) return;
+    const spans = chunks.filter(
+      (c) =>
+        !c.zeros &&
+        Number.isSafeInteger(c.compressedOffset) &&
+        Number.isSafeInteger(c.compressedEnd) &&
+        c.compressedOffset >= 0 &&
+        c.compressedEnd > c.compressedOffset &&
+        c.compressedEnd <= this.ctx.blobSize &&
+        !this.ctx.fetcher.holds(c.compressedOffset, c.compressedEnd) &&
+        !this.ctx.cache.has(c.digest),
+    );
+    if (spans.length === 0) return;
+    const ranges = coalesce(
+      spans.map((c) => ({ offset: c.compressedOffset, end: c.compressedEnd })),
+      this.ctx.prefetchMaxGap,
+    ).map((r) => ({ offset: r.offset, length: r.length }));
+    await this.ctx.runFetch(
+      'prefetch',
+      async () => {
+        const { release } = await this.ctx.fetcher.fetchLeased(ranges, {
+          priority: 'prefetch',
+          signal: opts.signal,
+        });
+        // the local store has them (its write holds the buffer until done): nothing reads them here
+        release();
+      },
+      opts.signal,
+    );
+  }
+
   private request(
     c: Chunk,
     mine: Map<string, Pending>,

@@ -7,7 +7,7 @@ import { asBlobSource } from '../util/blob-read.js';
 import { assemble, someReleased } from './assemble.js';
 import { readFromCache } from './cache-slices.js';
 import { ChunkLoader, type LoadOptions } from './chunk-loader.js';
-import { withDeadline } from '../util/abort.js';
+import { raceAbort, withDeadline } from '../util/abort.js';
 import { planLayerAsync, type LayerPlan } from './plan.js';
 import { FetchScheduler } from './scheduler.js';
 import { SpanFetcher } from './span-fetcher.js';
@@ -55,6 +55,10 @@ export class LazyLayer {
   private readonly status: LayerStatus;
   private started: Promise<void> | undefined;
   private prefetchPromise: Promise<void> = Promise.resolve();
+  /** The staged prefetch's decode (see prefetch()). */
+  private prefetchDecode: Promise<void> = Promise.resolve();
+  /** Resolved by the layer's first read of file bytes. */
+  private readonly firstRead: { promise: Promise<void>; resolve: () => void } = deferred();
   private backgroundPromise: Promise<void> = Promise.resolve();
 
   constructor(opts: LazyLayerOptions) {
@@ -171,6 +175,12 @@ export class LazyLayer {
     return this.prefetchPromise;
   }
 
+  /** A staged prefetch decoded (it waits for the layer's first read; see prefetch()). */
+  async whenPrefetchDecoded(): Promise<void> {
+    await this.prefetchPromise;
+    await this.prefetchDecode;
+  }
+
   whenBackgroundDone(): Promise<void> {
     return this.backgroundPromise;
   }
@@ -196,6 +206,7 @@ export class LazyLayer {
       });
     }
     this.lastReadAt = this.scheduler.clock.now();
+    this.firstRead.resolve();
     const end = Math.min(node.size, offset + length);
     if (offset >= end) return Buffer.alloc(0);
     const chunks = chunksForRange(node, offset, end - offset);
@@ -389,6 +400,7 @@ export class LazyLayer {
   async close(): Promise<void> {
     this.closing.abort(new StoreError('E_ABORTED', 'layer closed', this.context));
     await this.prefetchPromise.catch(() => undefined);
+    await this.prefetchDecode.catch(() => undefined);
     await this.backgroundPromise.catch(() => undefined);
   }
 
@@ -404,16 +416,44 @@ export class LazyLayer {
     return Math.min(this.index.blobSize, Math.max(0, this.opts.prefetchBytes ?? 0));
   }
 
+  /**
+   * The start-up prefetch. With a local compressed store it is staged: the compressed bytes are
+   * fetched now (the client is still pulling: on a slow link they arrive meanwhile) and decoded
+   * once the layer's files are first read (the container runs), at the prefetch tier, ahead of
+   * its reads. Decoding while the client pulled took CPU from its own work (optimised image,
+   * loopback, same run: pull 0.44-0.66 s against 0.37-0.46 staged), and the decoded chunks of a
+   * layer nobody reads waited in the memory LRU. Without a local store the chunks are loaded now.
+   * The background fetch waits for the first part only.
+   */
   private async prefetch(plan: LayerPlan): Promise<void> {
     const end = this.prefetchEnd();
-    await runPrefetch({
-      chunks: plan.chunks.filter((c) => c.compressedOffset < end),
+    const chunks = plan.chunks.filter((c) => c.compressedOffset < end);
+    const run = {
+      chunks,
       batchBytes: this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024,
       loader: this.loader,
       status: this.status,
       signal: this.closing.signal,
       logger: this.logger,
       end,
-    });
+    };
+    if (!this.loader.keepsBytes || chunks.length === 0) {
+      await runPrefetch({ ...run, mode: 'load' });
+      return;
+    }
+    await runPrefetch({ ...run, mode: 'stage' });
+    this.prefetchDecode = raceAbort(this.firstRead.promise, this.closing.signal)
+      .then(() => runPrefetch({ ...run, mode: 'load' }))
+      .catch((err: unknown) => {
+        if (!this.closing.signal.aborted) this.recordError(err, 'prefetch decode failed');
+      });
   }
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
 }

@@ -9,6 +9,11 @@ export interface PrefetchRun {
   /** Compressed bytes per batch (one request each). */
   batchBytes: number;
   loader: ChunkLoader;
+  /**
+   * `stage`: only bring the compressed bytes into the layer's local store (ChunkLoader.stage);
+   * `load`: decode and verify the chunks into the cache (from local bytes when staged before).
+   */
+  mode: 'stage' | 'load';
   status: LayerStatus;
   signal: AbortSignal;
   logger: Logger;
@@ -17,9 +22,10 @@ export interface PrefetchRun {
 }
 
 /**
- * The start-up prefetch of a layer: its chunks loaded in batches of about `batchBytes` compressed
- * bytes at the preemptible prefetch tier, two batches in flight so that the next request is on its
- * way when one completes. A failed batch is recorded, not fatal (reads fetch on demand).
+ * One pass of a layer's prefetch over its chunks, in batches of about `batchBytes` compressed
+ * bytes at the prefetch tier, two batches in flight so that the next request is on its way when
+ * one completes. A failed batch is recorded, not fatal (reads fetch on demand). The first pass
+ * (whichever mode) marks the layer's prefetch done.
  */
 export async function runPrefetch(r: PrefetchRun): Promise<void> {
   const started = Date.now();
@@ -31,8 +37,12 @@ export async function runPrefetch(r: PrefetchRun): Promise<void> {
     if (batch.length === 0) return;
     const b = batch;
     batch = [];
+    const done =
+      r.mode === 'stage'
+        ? r.loader.stage(b, { signal: r.signal })
+        : r.loader.load(b, undefined, { priority: 'prefetch', signal: r.signal });
     inFlight.push(
-      r.loader.load(b, undefined, { priority: 'prefetch', signal: r.signal }).then(
+      done.then(
         () => undefined,
         (err: unknown) => {
           failed++;
@@ -55,7 +65,7 @@ export async function runPrefetch(r: PrefetchRun): Promise<void> {
   if (r.chunks.length > 0) {
     r.logger.debug(
       { chunks: r.chunks.length, end: r.end, failed, ms: Date.now() - started },
-      'prefetch done',
+      r.mode === 'stage' ? 'prefetch staged' : 'prefetch done',
     );
   }
 }

@@ -613,6 +613,71 @@ describe('prefetched chunks', () => {
     }));
 });
 
+describe('a prefetch staged in the local compressed store', () => {
+  it('fetches the region once, decodes nothing until the first read, then decodes from local bytes', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const local = new MemoryLocalBytes(fx.blob.length);
+    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
+    const put = vi.spyOn(mem, 'put');
+    try {
+      const layer = makeLayer(
+        { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
+        source,
+        { prefetch: true, cache: mem, local },
+      );
+      layer.start();
+      await layer.whenPrefetched();
+      await settle();
+      // one request for the region, kept locally; no chunk decoded while nobody reads the layer
+      expect(source.delivered()).toHaveLength(1);
+      const data = [...fx.nodes.values()]
+        .flatMap((n) => (n.type === 'reg' ? n.chunks : []))
+        .filter((c) => !c.zeros);
+      // every distinct chunk (the plan decodes a digest once) has its compressed bytes locally
+      const digests = new Set(data.map((c) => c.digest));
+      for (const d of digests) {
+        const copies = data.filter((c) => c.digest === d);
+        expect(
+          copies.some((c) => local.covered(c.compressedOffset, c.compressedEnd - c.compressedOffset)),
+        ).toBe(true);
+      }
+      expect(put).not.toHaveBeenCalled();
+      expect(layer.state().prefetchDone).toBe(true);
+      // the first read starts the decode of the whole region, from the local bytes
+      const [path, content] = [...fx.files][0]!;
+      expect((await layer.read(fx.nodes.get(path)!, 0, content.length)).equals(content)).toBe(true);
+      await layer.whenPrefetchDecoded();
+      for (const c of data) expect(mem.has(c.digest)).toBe(true);
+      for (const [p, want] of fx.files) {
+        expect((await layer.read(fx.nodes.get(p)!, 0, want.length)).equals(want)).toBe(true);
+      }
+      expect(source.delivered()).toHaveLength(1);
+    } finally {
+      for (const l of layers.splice(0)) await l.close();
+      await mem.close();
+    }
+  });
+
+  it('a layer closed before its first read stops waiting to decode', async () => {
+    const fx = buildFixture(mixedSpecs(4096), 'zstd');
+    const source = new HeldSource(fx.blob);
+    source.auto = true;
+    const layer = makeLayer(
+      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
+      source,
+      { prefetch: true, local: new MemoryLocalBytes(fx.blob.length) },
+    );
+    layer.start();
+    await layer.whenPrefetched();
+    layers.splice(0);
+    await layer.close();
+    await layer.whenPrefetchDecoded();
+    expect(source.delivered()).toHaveLength(1);
+  });
+});
+
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
   it('chunks read while their compressed bytes are kept locally stay off disk until the background pass writes them', async () => {
     const fx = buildFixture(mixedSpecs(4096), 'zstd');
