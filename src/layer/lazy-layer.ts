@@ -431,6 +431,7 @@ export class LazyLayer {
     const run = {
       chunks,
       batchBytes: this.opts.prefetchBatchBytes ?? 4 * 1024 * 1024,
+      parallel: 2,
       loader: this.loader,
       status: this.status,
       signal: this.closing.signal,
@@ -442,13 +443,20 @@ export class LazyLayer {
       return;
     }
     await runPrefetch({ ...run, mode: 'stage' });
+    // from local bytes: no round trip to hide, so small steps one at a time, which yield to the
+    // container's reads and keep little in memory beside them (optimised model-load, 8 runs each:
+    // peak RSS 140-149 vs 143-155 MB; start-up p50 1.10 vs 1.16 s loopback, 2.14 vs 2.18 at 100
+    // Mbit, against 4 MiB batches two at a time)
     this.prefetchDecode = raceAbort(this.firstRead.promise, this.closing.signal)
-      .then(() => runPrefetch({ ...run, mode: 'load' }))
+      .then(() => runPrefetch({ ...run, mode: 'load', batchBytes: DECODE_BATCH_BYTES, parallel: 1 }))
       .catch((err: unknown) => {
         if (!this.closing.signal.aborted) this.recordError(err, 'prefetch decode failed');
       });
   }
 }
+
+/** Compressed bytes per batch of a staged prefetch's decode pass. */
+const DECODE_BATCH_BYTES = 1024 * 1024;
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {
   let resolve!: () => void;

@@ -8,6 +8,8 @@ export interface PrefetchRun {
   chunks: readonly Chunk[];
   /** Compressed bytes per batch (one request each). */
   batchBytes: number;
+  /** Batches in flight at once. */
+  parallel: number;
   loader: ChunkLoader;
   /**
    * `stage`: only bring the compressed bytes into the layer's local store (ChunkLoader.stage);
@@ -23,9 +25,9 @@ export interface PrefetchRun {
 
 /**
  * One pass of a layer's prefetch over its chunks, in batches of about `batchBytes` compressed
- * bytes at the prefetch tier, two batches in flight so that the next request is on its way when
- * one completes. A failed batch is recorded, not fatal (reads fetch on demand). The first pass
- * (whichever mode) marks the layer's prefetch done.
+ * bytes at the prefetch tier, `parallel` at once (two for network passes, so that the next
+ * request is on its way when one completes). A failed batch is recorded, not fatal (reads fetch
+ * on demand). The first pass (whichever mode) marks the layer's prefetch done.
  */
 export async function runPrefetch(r: PrefetchRun): Promise<void> {
   const started = Date.now();
@@ -50,7 +52,7 @@ export async function runPrefetch(r: PrefetchRun): Promise<void> {
         },
       ),
     );
-    while (inFlight.length >= 2) await inFlight.shift();
+    while (inFlight.length >= r.parallel) await inFlight.shift();
   };
   for (const c of r.chunks) {
     if (r.signal.aborted) break;
