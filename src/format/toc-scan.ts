@@ -349,9 +349,9 @@ export class TocScanner {
    * writers emit `},{`, the Go eStargz writer indents with tabs (`},\n\t\t{`). A successful parse
    * proves the cut is an entry boundary: JSON is read the same way whatever follows, and text cut
    * inside a string or a nested value cannot parse as a list of values. Returns the index right
-   * after the cut (whitespace, then the comma, follow), or 0 when there is no boundary or the text does not parse (a name
-   * containing one, malformed JSON): the exact scan then goes on from where it was, and reports
-   * errors as usual.
+   * after the cut (whitespace, then the comma, follow), or 0 when there is no boundary or the
+   * text does not parse (a name containing one, malformed JSON): the exact scan then goes on from
+   * where it was, and reports errors as usual.
    */
   private fastCut(chunk: Buffer, from: number): number {
     const close = lastEntryGap(chunk, from, Math.min(chunk.length, from + FAST_BYTES) - 1);

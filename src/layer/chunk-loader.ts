@@ -187,11 +187,7 @@ export class ChunkLoader {
     const spans = chunks.filter(
       (c) =>
         !c.zeros &&
-        Number.isSafeInteger(c.compressedOffset) &&
-        Number.isSafeInteger(c.compressedEnd) &&
-        c.compressedOffset >= 0 &&
-        c.compressedEnd > c.compressedOffset &&
-        c.compressedEnd <= this.ctx.blobSize &&
+        this.spanInBlob(c) &&
         !this.ctx.fetcher.holds(c.compressedOffset, c.compressedEnd) &&
         !this.ctx.cache.has(c.digest),
     );
@@ -317,6 +313,17 @@ export class ChunkLoader {
     return b;
   }
 
+  /** Is the chunk's compressed span a non-empty range inside the blob (TOC data is untrusted)? */
+  private spanInBlob(c: Chunk): boolean {
+    return (
+      Number.isSafeInteger(c.compressedOffset) &&
+      Number.isSafeInteger(c.compressedEnd) &&
+      c.compressedOffset >= 0 &&
+      c.compressedEnd > c.compressedOffset &&
+      c.compressedEnd <= this.ctx.blobSize
+    );
+  }
+
   private badToc(message: string, c: Chunk): StoreError {
     return new StoreError('E_BAD_TOC', message, {
       ...this.ctx.context,
@@ -388,13 +395,7 @@ export class ChunkLoader {
     const spans = new Map<string, PendingSpan>();
     for (const e of entries) {
       const c = e.chunk;
-      if (
-        !Number.isSafeInteger(c.compressedOffset) ||
-        !Number.isSafeInteger(c.compressedEnd) ||
-        c.compressedOffset < 0 ||
-        c.compressedEnd <= c.compressedOffset ||
-        c.compressedEnd > this.ctx.blobSize
-      ) {
+      if (!this.spanInBlob(c)) {
         e.reject(this.badToc('chunk compressed span outside the blob', c));
         continue;
       }

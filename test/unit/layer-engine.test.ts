@@ -545,11 +545,7 @@ describe('prefetched chunks', () => {
       put.set(digest, data);
       return orig(digest, data, opts);
     });
-    const layer = makeLayer(
-      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
-      source,
-      { prefetch: true, cache: mem },
-    );
+    const layer = makeLayer(prefetchAll(fx), source, { prefetch: true, cache: mem });
     try {
       layer.start();
       const big = { node: fx.nodes.get('big')!, want: fx.files.get('big')! };
@@ -613,20 +609,27 @@ describe('prefetched chunks', () => {
     }));
 });
 
+/** A zstd fixture, a source that answers at once and an empty local compressed store. */
+function localFixture(): { fx: Fixture; source: HeldSource; local: MemoryLocalBytes } {
+  const fx = buildFixture(mixedSpecs(4096), 'zstd');
+  const source = new HeldSource(fx.blob);
+  source.auto = true;
+  return { fx, source, local: new MemoryLocalBytes(fx.blob.length) };
+}
+
+/** The fixture with all of its blob marked for prefetch (a landmark at its end). */
+const prefetchAll = (fx: Fixture): Fixture => ({
+  ...fx,
+  index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } },
+});
+
 describe('a prefetch staged in the local compressed store', () => {
   it('fetches the region once, decodes nothing until the first read, then decodes from local bytes', async () => {
-    const fx = buildFixture(mixedSpecs(4096), 'zstd');
-    const source = new HeldSource(fx.blob);
-    source.auto = true;
-    const local = new MemoryLocalBytes(fx.blob.length);
+    const { fx, source, local } = localFixture();
     const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
     const put = vi.spyOn(mem, 'put');
     try {
-      const layer = makeLayer(
-        { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
-        source,
-        { prefetch: true, cache: mem, local },
-      );
+      const layer = makeLayer(prefetchAll(fx), source, { prefetch: true, cache: mem, local });
       layer.start();
       await layer.whenPrefetched();
       await settle();
@@ -661,14 +664,8 @@ describe('a prefetch staged in the local compressed store', () => {
   });
 
   it('a layer closed before its first read stops waiting to decode', async () => {
-    const fx = buildFixture(mixedSpecs(4096), 'zstd');
-    const source = new HeldSource(fx.blob);
-    source.auto = true;
-    const layer = makeLayer(
-      { ...fx, index: { ...fx.index, prefetch: { kind: 'landmark', end: fx.blob.length } } },
-      source,
-      { prefetch: true, local: new MemoryLocalBytes(fx.blob.length) },
-    );
+    const { fx, source, local } = localFixture();
+    const layer = makeLayer(prefetchAll(fx), source, { prefetch: true, local });
     layer.start();
     await layer.whenPrefetched();
     layers.splice(0);
@@ -680,10 +677,7 @@ describe('a prefetch staged in the local compressed store', () => {
 
 describe('the resume store (cache/blob-store.ts LocalBlob) in the engine seam', () => {
   it('chunks read while their compressed bytes are kept locally stay off disk until the background pass writes them', async () => {
-    const fx = buildFixture(mixedSpecs(4096), 'zstd');
-    const source = new HeldSource(fx.blob);
-    source.auto = true;
-    const local = new MemoryLocalBytes(fx.blob.length);
+    const { fx, source, local } = localFixture();
     const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
     try {
       const layer = makeLayer(fx, source, {
