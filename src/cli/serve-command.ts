@@ -20,6 +20,7 @@ import { mountType } from '../fs/mount-util.js';
 // Only light modules at the top: the registry (undici), cache, layer engine and FUSE store are
 // loaded by buildStore() (build-store.ts), so `--help`, `--version` and the other commands start fast.
 import { buildStore, type BuiltStore } from './build-store.js';
+import { guardUnhandledRejections } from './rejection-guard.js';
 import { checkMountpointKind, checkMountpointOperand } from './command-guard.js';
 import { acquireInstanceLock, type InstanceLock } from './instance-lock.js';
 import { rootLayout, socketLock } from '../util/root-layout.js';
@@ -214,6 +215,8 @@ export async function runServe(
   const logger = createLogger(config.logLevel, opts.logFormat ?? 'json');
   for (const w of warnings) logger.warn({ file: config.configFile }, w);
   for (const n of notes) logger.debug({ file: config.configFile }, n);
+  // for the process's lifetime: runServe's caller exits when it returns
+  guardUnhandledRejections(logger);
 
   let built: BuiltStore | undefined;
   let mounted: { unmount(): Promise<void> } | undefined;
