@@ -92,6 +92,9 @@ export class StoreSlot {
   current: MountedStore | undefined;
 
   async start(o: MountedStoreOptions): Promise<MountedStore> {
+    // A test that timed out leaves its store mounted; the next test's mount would then fail with
+    // "Mountpoint in use" and report that instead of its own result. So the old store goes first.
+    await this.stop();
     this.current = await startMountedStore(o);
     return this.current;
   }
