@@ -14,8 +14,9 @@
 #
 # Environment: WORK_DIR (/tmp/sgzb: the harness's registry data), EXTRA_WORK_DIRS (none),
 # LAYERS (resolve at most this many; default all), RSS_PARTS (1: also print what the peak sample was
-# made of, bench/lib/rss-parts.ts), SECONDS_AFTER (60), PORT (5099; the extra registries take the ports after it), STORE_CONFIG (the
-# lab's go-baseline/config.toml), STORE_BIN (bin/stargz-store). Needs root, FUSE and docker-registry.
+# made of, bench/lib/rss-parts.ts), SECONDS_AFTER (60), PORT (5099; the extra registries take the
+# ports after it), STORE_CONFIG (the lab's go-baseline/config.toml), STORE_BIN (bin/stargz-store).
+# Needs root, FUSE and docker-registry.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK_DIR=${WORK_DIR:-/tmp/sgzb}
@@ -69,7 +70,7 @@ if [ "${RSS_PARTS:-0}" = 1 ]; then
 fi
 n=0
 declare -A distinct=()
-for ((p = PORT; p < port; p++)); do
+for ((p = PORT; p < port && n < LAYERS; p++)); do
   tags=$(curl -sf "http://127.0.0.1:$p/v2/bench/large/tags/list" |
     python3 -c 'import json,sys; print(" ".join(t for t in json.load(sys.stdin)["tags"] if t in ("estargz", "esgz-opt", "zstd-chunked")))')
   for tag in $tags; do

@@ -44,9 +44,9 @@ describe('unhandled rejection guard', () => {
     for (const l of others) process.off('unhandledRejection', l);
     const remove = guardUnhandledRejections(logger);
     try {
-      const logged = new Promise<void>((resolve) => process.once('unhandledRejection', () => resolve()));
+      const emitted = new Promise<void>((resolve) => process.once('unhandledRejection', () => resolve()));
       void Promise.reject(new Error('nobody awaits this'));
-      await logged;
+      await emitted;
     } finally {
       remove();
       for (const l of others) process.on('unhandledRejection', l);
