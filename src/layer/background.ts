@@ -72,20 +72,22 @@ async function runPass(ctx: BackgroundContext): Promise<PassResult> {
         await ctx.scheduler.takeBandwidth(length, signal);
         // preempted: this unit's request is aborted (unless an on-demand read joined it) and the
         // unit re-run later; units already received were delivered and are never fetched again
-        const [buf] = await ctx.fetcher.fetch([{ offset: unit.offset, length }], {
+        const lease = await ctx.fetcher.fetchLeased([{ offset: unit.offset, length }], {
           priority: 'background',
           signal,
           bypassCache: ctx.bypassCache === true,
         });
-        recordBackgroundBytes(buf!.length);
-        chunkErrors += await decodeUnit(ctx, unit, buf!, stop.signal);
-        return buf!;
+        const buf = lease.bufs[0]!;
+        recordBackgroundBytes(buf.length);
+        chunkErrors += await decodeUnit(ctx, unit, buf, stop.signal);
+        return lease;
       }, stop.signal);
       fetched.catch(() => undefined);
       chain = chain.then(async () => {
-        const buf = await fetched;
+        const lease = await fetched;
         if (ctx.settle !== undefined) await raceAbort(ctx.settle(), stop.signal);
-        if (hasher !== undefined) await hasher.write(buf, () => ctx.scheduler.idle(stop.signal));
+        if (hasher !== undefined) await hasher.write(lease.bufs[0]!, () => ctx.scheduler.idle(stop.signal));
+        lease.release();
       });
       pending.push(chain);
       while (pending.length >= ctx.window) await pending.shift();

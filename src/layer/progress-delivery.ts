@@ -15,6 +15,8 @@ export class ProgressDelivery {
   /** Delivered spans [offset, end), in arrival order. */
   private readonly delivered: Array<{ offset: number; end: number }> = [];
   private deliveredTotal = 0;
+  /** The sink's writes not settled yet (it reads the views it was given until then). */
+  private readonly writing = new Set<Promise<unknown>>();
 
   constructor(
     private readonly sink: CompressedBytesSink,
@@ -46,7 +48,25 @@ export class ProgressDelivery {
     this.pending = undefined;
     this.delivered.push({ offset: p.offset, end: p.offset + p.length });
     this.deliveredTotal += p.length;
-    this.sink(p.offset, p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.length));
+    this.send(p.offset, p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.length));
+  }
+
+  private send(offset: number, data: Buffer): void {
+    const w = this.sink(offset, data);
+    if (w === undefined) return;
+    const settled: Promise<unknown> = Promise.resolve(w).then(
+      () => this.writing.delete(settled),
+      () => this.writing.delete(settled),
+    );
+    this.writing.add(settled);
+  }
+
+  /**
+   * Settles once the sink no longer reads any view it was handed so far: then the fetched
+   * buffer may be given back (layer/span-fetcher.ts). Never rejects.
+   */
+  async settled(): Promise<void> {
+    while (this.writing.size > 0) await Promise.all(this.writing);
   }
 
   /** Bytes handed to the sink so far. */
@@ -67,6 +87,6 @@ export class ProgressDelivery {
         return out;
       });
     }
-    for (const r of pieces) this.sink(r.offset, data.subarray(r.offset - offset, r.end - offset));
+    for (const r of pieces) this.send(r.offset, data.subarray(r.offset - offset, r.end - offset));
   }
 }

@@ -60,8 +60,11 @@ interface Batch {
  */
 class SpanLease {
   private holders = 1;
-  /** Set once the call delivered it, and only for calls whose bytes were not streamed to the sink. */
+  /** Set once the call delivered it. */
   buf: Buffer | undefined;
+
+  /** `reuse`: kept for the next fetch when given back; else released at once. */
+  constructor(private readonly reuse: boolean) {}
 
   hold(): void {
     this.holders++;
@@ -71,7 +74,7 @@ class SpanLease {
     if (--this.holders > 0 || this.buf === undefined) return;
     const b = this.buf;
     this.buf = undefined;
-    spanBuffers.giveBack(b);
+    spanBuffers.giveBack(b, { reuse: this.reuse });
   }
 }
 
@@ -339,7 +342,10 @@ export class SpanFetcher {
     joined?: Set<Batch>,
   ): Flight[] {
     const batch: Batch = { ctl: new AbortController(), pinned: 0, background: 0 };
-    const leases = spans.map(() => new SpanLease());
+    // background units come at a paced rate: a free buffer kept for the next one would stay
+    // resident between them, while a fresh one costs little at that rate (on-demand reads
+    // stream back to back: theirs are reused)
+    const leases = spans.map(() => new SpanLease(opts.priority !== 'background'));
     if (joined !== undefined) {
       joined.add(batch);
       this.join(batch, opts);
@@ -386,18 +392,18 @@ export class SpanFetcher {
           let total = 0;
           for (let i = 0; i < ranges.length; i++) {
             total += ranges[i]!.length;
-            // streamed to the sink in views as it arrived: never released (the sink's reads of
-            // those views are not tracked)
-            if (progress !== undefined) progress.deliverRest(ranges[i]!.offset, bufs[i]!);
-            else {
-              const lease = leases[i]!;
-              lease.buf = bufs[i]!;
-              const writing = this.deliver(ranges[i]!.offset, bufs[i]!);
-              if (writing !== undefined) {
-                lease.hold();
-                const drop = (): void => lease.drop();
-                writing.then(drop, drop);
-              }
+            const lease = leases[i]!;
+            lease.buf = bufs[i]!;
+            // streamed to the sink in views as it arrived: held until the sink's writes of
+            // them settled
+            const writing =
+              progress !== undefined
+                ? (progress.deliverRest(ranges[i]!.offset, bufs[i]!), progress.settled())
+                : this.deliver(ranges[i]!.offset, bufs[i]!);
+            if (writing !== undefined) {
+              lease.hold();
+              const drop = (): void => lease.drop();
+              writing.then(drop, drop);
             }
           }
           this.ctx.onFetched(total);

@@ -81,13 +81,18 @@ export class SpanBuffers {
    * as a view of all of it; false (nothing done) for any other. The caller must hold the only
    * reference that will ever be used again: a stale view of a reused buffer reads other bytes.
    */
-  giveBack(buf: Buffer): boolean {
+  giveBack(buf: Buffer, opts: { reuse?: boolean } = {}): boolean {
     const ab = buf.buffer;
     const length = this.taken.get(ab);
     if (length === undefined || buf.byteOffset !== 0 || buf.length !== length) return false;
     this.taken.delete(ab);
     const size = ab.byteLength;
-    if (length < this.o.minPooled || length > this.o.maxPooled || this.freeTotal + size > this.o.maxFree) {
+    if (
+      opts.reuse === false ||
+      length < this.o.minPooled ||
+      length > this.o.maxPooled ||
+      this.freeTotal + size > this.o.maxFree
+    ) {
       return releaseBuffer(Buffer.from(ab));
     }
     let list = this.free.get(size);

@@ -39,6 +39,8 @@ class HeldSource implements BlobSource {
   auto = false;
   /** Results are taken from util/span-buffers.ts: made for the caller alone, given back by it. */
   handsOver = false;
+  /** Each result is also reported through onProgress, in two views of it, before it is returned. */
+  streams = false;
   /** Offsets whose byte is flipped, for requests without bypassCache (a bad cache on the way). */
   corruptUnlessBypass = new Set<number>();
   /** Offsets flipped in the first response covering them only (a transient bad read). */
@@ -86,6 +88,11 @@ class HeldSource implements BlobSource {
         const at = r.offset + i;
         if (!h.bypassCache && this.corruptUnlessBypass.has(at)) out[i] = out[i]! ^ 0x5a;
         if (this.corruptOnce.delete(at)) out[i] = out[i]! ^ 0x5a;
+      }
+      if (this.streams && opts.onProgress !== undefined) {
+        const half = Math.floor(out.length / 2);
+        opts.onProgress(r.offset, out.subarray(0, half));
+        opts.onProgress(r.offset + half, out.subarray(half));
       }
       return out;
     });
@@ -318,6 +325,55 @@ describe('SpanFetcher gives span buffers back', () => {
     for (const done of finish) done();
     await settle(2);
     expect(l1.bufs[0]!.length).toBe(0);
+  });
+});
+
+describe('SpanFetcher gives background spans back', () => {
+  const MiB = 1024 * 1024;
+  const big = Buffer.from(Array.from({ length: 2 * MiB }, (_, i) => i % 253));
+
+  it('a span streamed to the sink: once every piece is written and the caller is done; freed, not kept', async () => {
+    const source = new HeldSource(big);
+    source.handsOver = true;
+    source.streams = true;
+    source.auto = true;
+    const writes: Buffer[] = [];
+    const finish: Array<() => void> = [];
+    const f = new SpanFetcher({
+      source,
+      blobSize: big.length,
+      onCompressedBytes: (_o, data) => {
+        writes.push(data);
+        return new Promise<void>((r) => finish.push(r));
+      },
+      onFetched: () => undefined,
+      logger: silentLogger,
+      context: {},
+    });
+    spanBuffers.trim();
+    const leased = await f.fetchLeased([{ offset: 0, length: big.length }], { priority: 'background' });
+    const got = leased.bufs[0]!;
+    expect(got.equals(big)).toBe(true);
+    // streamed in pieces while it arrived (views of the buffer, no copies), every byte once
+    expect(writes.reduce((n, w) => n + w.length, 0)).toBe(big.length);
+    expect(writes.every((w) => w.buffer === got.buffer)).toBe(true);
+    leased.release();
+    finish.shift()!();
+    await settle(4);
+    expect(got.length).toBe(big.length); // the sink still writes the other pieces
+    for (const done of finish.splice(0)) done();
+    await settle(4);
+    expect(got.length).toBe(0); // given back: every view reads empty, never other bytes
+    // background units come at a paced rate: released, not kept resident for reuse
+    expect(spanBuffers.freeBytes).toBe(0);
+
+    // an on-demand span of the same size is kept for the next fetch
+    const onDemand = await f.fetchLeased([{ offset: 0, length: big.length }], { priority: 'on-demand' });
+    onDemand.release();
+    for (const done of finish.splice(0)) done();
+    await settle(4);
+    expect(spanBuffers.freeBytes).toBe(big.length);
+    spanBuffers.trim();
   });
 });
 

@@ -133,6 +133,33 @@ describe('ProgressDelivery', () => {
     expect(d.deliveredBytes).toBe(150);
   });
 
+  it('settled() waits for every write the sink has not finished, failed ones included', async () => {
+    const finish: Array<(ok: boolean) => void> = [];
+    const d = new ProgressDelivery(
+      () =>
+        new Promise<void>((resolve, reject) =>
+          finish.push((ok) => (ok ? resolve() : reject(new Error('disk full')))),
+        ),
+      100,
+    );
+    const data = Buffer.alloc(300, 1);
+    d.onProgress(0, data.subarray(0, 150));
+    d.deliverRest(0, data);
+    expect(finish).toHaveLength(2);
+    let done = false;
+    const settled = d.settled().then(() => (done = true));
+    finish[1]!(false);
+    await new Promise<void>((r) => setImmediate(r));
+    expect(done).toBe(false);
+    finish[0]!(true);
+    await settled;
+    expect(done).toBe(true);
+    // a sink that answers nothing has nothing to wait for
+    const sync = new ProgressDelivery(() => undefined, 100);
+    sync.deliverRest(0, data);
+    await sync.settled();
+  });
+
   it('delivers consecutive views of one buffer as one view of it, without copying', () => {
     const got: Buffer[] = [];
     const d = new ProgressDelivery((_o, b) => void got.push(b), 100);
