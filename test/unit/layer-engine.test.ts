@@ -240,24 +240,26 @@ describe('SpanFetcher', () => {
   });
 });
 
+/** A fetcher whose sink holds each write open until the test finishes it. */
+function fetcherWithSink(source: HeldSource, size: number) {
+  const writes: Buffer[] = [];
+  const finish: Array<() => void> = [];
+  const f = new SpanFetcher({
+    source,
+    blobSize: size,
+    // a sink writing each span to a file: it reads the buffer until its write settles
+    onCompressedBytes: (_o, data) => {
+      writes.push(data);
+      return new Promise<void>((r) => finish.push(r));
+    },
+    onFetched: () => undefined,
+    logger: silentLogger,
+    context: {},
+  });
+  return { f, writes, finish };
+}
+
 describe('SpanFetcher gives span buffers back', () => {
-  function fetcherWithSink(source: HeldSource, size: number) {
-    const writes: Buffer[] = [];
-    const finish: Array<() => void> = [];
-    const f = new SpanFetcher({
-      source,
-      blobSize: size,
-      // a sink writing each span to a file: it reads the buffer until its write settles
-      onCompressedBytes: (_o, data) => {
-        writes.push(data);
-        return new Promise<void>((r) => finish.push(r));
-      },
-      onFetched: () => undefined,
-      logger: silentLogger,
-      context: {},
-    });
-    return { f, writes, finish };
-  }
   const blob = Buffer.from(Array.from({ length: 8000 }, (_, i) => i % 251));
 
   it('once the flight ended, the sink wrote it and every caller is done with it; not before', async () => {
@@ -337,19 +339,7 @@ describe('SpanFetcher gives background spans back', () => {
     source.handsOver = true;
     source.streams = true;
     source.auto = true;
-    const writes: Buffer[] = [];
-    const finish: Array<() => void> = [];
-    const f = new SpanFetcher({
-      source,
-      blobSize: big.length,
-      onCompressedBytes: (_o, data) => {
-        writes.push(data);
-        return new Promise<void>((r) => finish.push(r));
-      },
-      onFetched: () => undefined,
-      logger: silentLogger,
-      context: {},
-    });
+    const { f, writes, finish } = fetcherWithSink(source, big.length);
     spanBuffers.trim();
     const leased = await f.fetchLeased([{ offset: 0, length: big.length }], { priority: 'background' });
     const got = leased.bufs[0]!;
