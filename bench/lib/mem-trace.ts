@@ -8,6 +8,8 @@
  * Writes two files, rewritten as the store runs:
  * - `<MEM_TRACE>.series`: every 100 ms, seconds since start, RSS, V8 heap used / total, external
  *   and ArrayBuffer MB (process.memoryUsage(); lines starting `PEAK` raised the RSS peak).
+ * - `<MEM_TRACE>.peak`: at the latest RSS peak, the tracked Buffers still alive, MB by site
+ *   (which of them made the peak: live data, or garbage not yet found collected).
  * - `<MEM_TRACE>.sites`: Buffers of 32 KiB and more by allocation site (Buffer.alloc,
  *   allocUnsafe, allocUnsafeSlow, concat: Node's own zlib and fs allocate through them too), with
  *   the MB that were released early (detached: util/release-buffer.ts) and the MB that waited for
@@ -20,11 +22,11 @@ import { openSync, writeFileSync, writeSync } from 'node:fs';
 
 const target = process.env['MEM_TRACE'];
 if (target !== undefined && target !== '' && process.argv.some((a) => a.startsWith('--root'))) {
-  traceSeries(`${target}.series`);
-  traceSites(`${target}.sites`);
+  const sites = traceSites(`${target}.sites`);
+  traceSeries(`${target}.series`, () => writeLive(`${target}.peak`, sites));
 }
 
-function traceSeries(path: string): void {
+function traceSeries(path: string, onPeak: () => void): void {
   const fd = openSync(path, 'w');
   const t0 = performance.now();
   let peak = 0;
@@ -34,6 +36,7 @@ function traceSeries(path: string): void {
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
     const line = `${secs} rss ${mb(m.rss)} heapUsed ${mb(m.heapUsed)} heapTotal ${mb(m.heapTotal)} external ${mb(m.external)} arrayBuffers ${mb(m.arrayBuffers)}\n`;
     writeSync(fd, m.rss > peak ? `PEAK ${line}` : line);
+    if (m.rss > peak) onPeak();
     peak = Math.max(peak, m.rss);
   }, 100).unref();
 }
@@ -43,9 +46,18 @@ interface Site {
   bytes: number;
   released: number;
   collected: number;
+  /** Tracked and neither released nor found collected yet. */
+  live: number;
 }
 
-function traceSites(path: string): void {
+function writeLive(path: string, sites: Map<string, Site>): void {
+  const rows = [...sites].filter(([, s]) => s.live > 0).sort((a, b) => b[1].live - a[1].live);
+  const total = rows.reduce((n, [, s]) => n + s.live, 0);
+  const lines = rows.slice(0, 15).map(([k, s]) => `live ${(s.live / 1e6).toFixed(1)} MB: ${k}`);
+  writeFileSync(path, [`live ${(total / 1e6).toFixed(1)} MB in all`, ...lines].join('\n') + '\n');
+}
+
+function traceSites(path: string): Map<string, Site> {
   const MIN = 32 * 1024;
   const sites = new Map<string, Site>();
   let tracked: Array<{ ref: WeakRef<ArrayBufferLike>; site: Site; n: number }> = [];
@@ -65,9 +77,10 @@ function traceSites(path: string): void {
     if (ab.byteLength < MIN) return b;
     const key = `${kind} ${siteOf()}`;
     let site = sites.get(key);
-    if (site === undefined) sites.set(key, (site = { n: 0, bytes: 0, released: 0, collected: 0 }));
+    if (site === undefined) sites.set(key, (site = { n: 0, bytes: 0, released: 0, collected: 0, live: 0 }));
     site.n++;
     site.bytes += ab.byteLength;
+    site.live += ab.byteLength;
     tracked.push({ ref: new WeakRef(ab), site, n: ab.byteLength });
     return b;
   };
@@ -85,6 +98,7 @@ function traceSites(path: string): void {
       if (ab === undefined) t.site.collected += t.n;
       else if (ab.detached === true) t.site.released += t.n;
       else return true;
+      t.site.live -= t.n;
       return false;
     });
   }, 50).unref();
@@ -101,4 +115,5 @@ function traceSites(path: string): void {
         .join('\n') + '\n',
     );
   }, 2000).unref();
+  return sites;
 }
