@@ -5,7 +5,9 @@ import { dirname, join, normalize } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { mountType } from '../fs/mount-util.js';
 import { parseReference, type ImageRef } from '../registry/index.js';
-import { loadConfig, type StoreConfig } from '../store/config.js';
+import type { StoreConfig } from '../store/config.js';
+// in process: a short-lived command, and the tests run it from source (no compiled worker)
+import { loadConfig } from '../store/config/load.js';
 import { controlRequest } from '../store/control-socket.js';
 import { asStoreError } from '../util/errors.js';
 import { checkCredentials, checkRegistry } from './doctor-registry.js';

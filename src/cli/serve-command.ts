@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import {
-  loadConfig,
+  loadConfigIsolated,
   DEFAULT_ADDR,
   DEFAULT_CONFIG_PATH,
   DEFAULT_ROOT,
@@ -210,7 +210,7 @@ export async function runServe(
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
 
-  const { config, warnings, notes } = await loadConfig(flags);
+  const { config, warnings, notes } = await loadConfigIsolated(flags);
   const { createLogger } = await import('../util/logger.js'); // pino: not needed by other commands
   const logger = createLogger(config.logLevel, opts.logFormat ?? 'json');
   for (const w of warnings) logger.warn({ file: config.configFile }, w);

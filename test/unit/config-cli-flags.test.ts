@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { normalizeGoStyleArgs } from '../../src/cli/serve-command.js';
 import { authFilePaths, hostsFromStoreConfig } from '../../src/cli/config-options.js';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 
 describe('Go flag syntax', () => {
   it('turns single-dash store flags into commander long options and leaves everything else alone', () => {

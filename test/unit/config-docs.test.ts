@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { configTables, renderConfigDocs } from '../../src/store/config/docs.js';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 
 const repoFile = (p: string) => readFile(new URL(`../../${p}`, import.meta.url), 'utf8');
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

@@ -3,7 +3,12 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildConfig, DEFAULT_CONFIG_PATH, loadConfig, type StoreConfig } from '../../src/store/config.js';
+import {
+  buildConfig,
+  DEFAULT_CONFIG_PATH,
+  loadConfig,
+  type StoreConfig,
+} from '../../src/store/config/load.js';
 import { isStoreError, StoreError } from '../../src/util/errors.js';
 
 const MNT = { mountpoint: '/var/lib/stargz-store/store' };

@@ -4,7 +4,7 @@ import { join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BlobStore } from '../../src/cache/blob-store.js';
 import { CachePaths } from '../../src/cache/paths.js';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 import { DEFAULT_CONTROL_SOCKET as SOCKET_FROM_CONTROL } from '../../src/store/control-socket.js';
 import { pinsFile } from '../../src/store/pins.js';
 import { DEFAULT_CONTROL_SOCKET, DEFAULT_ROOT, rootLayout } from '../../src/util/root-layout.js';

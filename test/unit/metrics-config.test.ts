@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 import { parseMetricsAddress } from '../../src/store/metrics-server.js';
 import { layerStateCounts } from '../../src/store/metrics-sources.js';
 import {

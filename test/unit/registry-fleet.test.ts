@@ -8,7 +8,7 @@ import { resolveEndpoints, endpointUrl } from '../../src/registry/hosts.js';
 import { parseReference } from '../../src/registry/reference.js';
 import { parseRegistriesConf } from '../../src/registry/registries-conf.js';
 import { WholeBlobStream, WholeBlobStreams } from '../../src/registry/whole-blob-stream.js';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 import { isStoreError } from '../../src/util/errors.js';
 
 describe('HostRangeProfile', () => {

@@ -10,7 +10,7 @@ import {
   type AccessSink,
   type AccessTarget,
 } from '../../src/store/access-log.js';
-import { buildConfig } from '../../src/store/config.js';
+import { buildConfig } from '../../src/store/config/load.js';
 import { isStoreError } from '../../src/util/errors.js';
 
 /** A sink whose writes can be held open, to see what the log does while the disk is slow. */

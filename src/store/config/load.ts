@@ -3,9 +3,9 @@ import { resolve } from 'node:path';
 import { parse as parseToml, TomlError, type TomlTable } from 'smol-toml';
 import type { z } from 'zod';
 import { StoreError } from '../../util/errors.js';
-import { DEFAULT_CONTROL_SOCKET, DEFAULT_ROOT } from '../../util/root-layout.js';
 import { parseMetricsAddress } from '../metrics-server.js';
 import { fieldDocs, type Camelized } from './fields.js';
+import { DEFAULT_ADDR, DEFAULT_CONFIG_PATH, DEFAULT_ROOT } from './locations.js';
 import { fileSchema, type FileConfig } from './schema.js';
 
 /**
@@ -15,9 +15,7 @@ import { fileSchema, type FileConfig } from './schema.js';
  * message names the key.
  */
 
-export const DEFAULT_CONFIG_PATH = '/etc/stargz-store/config.toml';
-export const DEFAULT_ADDR = DEFAULT_CONTROL_SOCKET;
-export { DEFAULT_ROOT };
+export { DEFAULT_ADDR, DEFAULT_CONFIG_PATH, DEFAULT_ROOT };
 
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -20,6 +20,7 @@ import {
   str,
   table,
 } from './fields.js';
+import { DEFAULT_REGISTRIES_CONF } from './locations.js';
 import { hostEntry } from './schema-resolver.js';
 
 export type { MirrorConfig, TlsFiles } from './schema-resolver.js';
@@ -36,7 +37,7 @@ export type { MirrorConfig, TlsFiles } from './schema-resolver.js';
  * `npm run docs:config` (test/unit/config-docs.test.ts checks both).
  */
 
-export const DEFAULT_REGISTRIES_CONF = '/etc/containers/registries.conf';
+export { DEFAULT_REGISTRIES_CONF };
 
 // ---- [debug]: Go's `debug = true`, or our table (TOML cannot hold both) ----
 
