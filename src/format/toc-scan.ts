@@ -16,8 +16,14 @@ import { StoreError } from '../util/errors.js';
 const MAX_FIELD_BYTES = 1 << 20;
 /** Entries are parsed in batches of about this many bytes. */
 const BATCH_BYTES = 64 * 1024;
-/** A fast cut (see TocScanner.fastCut) takes at most this many bytes of one pushed piece. */
-const FAST_BYTES = 256 * 1024;
+/**
+ * A fast cut (see TocScanner.fastCut) takes at most this many bytes of one pushed piece. Kept well
+ * under V8's largest regular heap object (128 KiB): a longer text becomes a large-object string,
+ * allocated in the old generation, and a TOC's worth of them brings full collections in the
+ * middle of a parse. Measured in fresh processes (10 runs each, the lab's large image, base
+ * layers): first parse eStargz 50 vs 62.5 ms, zstd:chunked 72.5 vs 86 with 256 KiB cuts.
+ */
+const FAST_BYTES = 64 * 1024;
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;

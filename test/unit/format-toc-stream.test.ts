@@ -6,7 +6,7 @@
  */
 import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test, vi } from 'vitest';
 import { lookupPath, type LayerIndex } from '../../src/format/model.js';
 import { openLayer, readLayerToc } from '../../src/format/open-layer.js';
 import { TocScanner } from '../../src/format/toc-scan.js';
@@ -90,24 +90,54 @@ describe('TocScanner', () => {
   });
 
   test('an indented TOC (the Go eStargz writer uses tabs) is cut with one parse per piece', () => {
-    const entries = Array.from({ length: 2000 }, (_, i) => ({
+    const entries = Array.from({ length: 500 }, (_, i) => ({
       name: `usr/lib/f${i}`,
       type: 'reg',
       size: i,
       xattrs: { 'user.a': 'eA==' },
     }));
     const doc = Buffer.from(JSON.stringify({ version: 1, entries }, null, '\t'));
-    expect(doc.length).toBeGreaterThan(150_000);
-    expect(doc.length).toBeLessThan(256 * 1024);
+    expect(doc.length).toBeGreaterThan(40_000);
+    expect(doc.length).toBeLessThan(64 * 1024);
     const batches: number[] = [];
     const scanner = new TocScanner(1e6, (raw) => batches.push(raw.length));
     scanner.push(doc);
-    expect(scanner.end()).toMatchObject({ count: 2000 });
-    // the exact scan hands out a batch per 64 KiB; the fast cut takes all but the last entry at once
-    expect(batches).toEqual([1999, 1]);
+    expect(scanner.end()).toMatchObject({ count: 500 });
+    // the fast cut takes all but the last entry at once (the exact scan would stop at each entry)
+    expect(batches).toEqual([499, 1]);
     // and cut anywhere, the entries are the same
-    const r = scanIn(doc, [1000, 70_000, 150_001]);
+    const r = scanIn(doc, [1000, 20_000, 40_001]);
     expect(r.entries).toEqual(entries);
+  });
+
+  test('a large piece is parsed in texts V8 keeps in the young generation (under 128 KiB each)', () => {
+    const entries = Array.from({ length: 4000 }, (_, i) => ({
+      name: `usr/share/doc/package-${i}/changelog.Debian.gz`,
+      type: 'reg',
+      size: i * 7,
+      digest: `sha256:${i.toString(16).padStart(64, '0')}`,
+    }));
+    const doc = Buffer.from(JSON.stringify({ version: 1, entries }));
+    expect(doc.length).toBeGreaterThan(512 * 1024);
+    const texts: number[] = [];
+    const parse = JSON.parse;
+    const spy = vi
+      .spyOn(JSON, 'parse')
+      .mockImplementation((text: string, reviver?: Parameters<typeof parse>[1]) => {
+        texts.push(text.length);
+        return parse(text, reviver) as unknown;
+      });
+    let batches = 0;
+    try {
+      const scanner = new TocScanner(1e6, () => batches++);
+      scanner.push(doc);
+      expect(scanner.end()).toMatchObject({ count: 4000 });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(batches).toBeGreaterThan(8);
+    expect(Math.max(...texts)).toBeLessThan(128 * 1024);
+    expect(scanIn(doc, [100_000, 300_001]).entries).toEqual(entries);
   });
 
   test('malformed documents are E_BAD_TOC wherever they are cut', () => {
