@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
 import { gcPacer } from '../util/gc-pacer.js';
 import { atNextTurn } from '../util/next-turn.js';
-import { releaseChunkBuffer } from '../util/span-buffers.js';
+import { releaseBuffer } from '../util/release-buffer.js';
 import { StoreError } from '../util/errors.js';
 import { silentLogger, type Logger } from '../util/logger.js';
 import { SingleFlight } from '../util/single-flight.js';
@@ -488,7 +488,7 @@ export class ChunkCache {
       void writing.then(later, later);
       return;
     }
-    releaseChunkBuffer(buf);
+    releaseBuffer(buf);
   }
 
   /**

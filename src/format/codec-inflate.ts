@@ -2,8 +2,6 @@ import { createRequire } from 'node:module';
 import type { Transform } from 'node:stream';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import * as zlib from 'node:zlib';
-import { releaseBuffer } from '../util/release-buffer.js';
-import { chunkBuffers } from '../util/span-buffers.js';
 
 /**
  * Decompress the part of a chunk's compressed span that the chunk needs, and no further: bytes
@@ -13,35 +11,33 @@ import { chunkBuffers } from '../util/span-buffers.js';
  * No worker threads: a worker heap cost ~18 MiB of RSS each and every span had to be copied to it.
  *
  * The gzip output step (`chunkSize`) is the number of bytes still needed, so a chunk of up to
- * SMALL_MAX bytes inflates in one thread-pool job, into a buffer of exactly its size when the chunk
- * starts its member (innerOffset 0: no slack to copy away before caching, no second pass). A
- * larger chunk is decoded into a reused buffer (util/span-buffers.ts `chunkBuffers`) in steps of
- * LARGE_STEP bytes, each step's buffer released as soon as it is copied: zlib's streams only write
- * into buffers they allocate, and a fresh 4 MiB one is a fresh mapping whose every page faults.
+ * MAX_STEP bytes inflates in one thread-pool job, into a buffer of exactly its size when the chunk
+ * starts its member (innerOffset 0: no slack to copy away before caching, no second pass).
  */
 
 /**
- * Chunks up to this size inflate in one step into a buffer of their own (zlib's). Each step is a
- * fresh buffer that lives until it is released or collected, so it also bounds that garbage.
+ * Largest output step: bigger chunks arrive in steps copied into one buffer of the needed size.
+ * Each step is a fresh buffer that lives until the next GC, so it also bounds that garbage.
  */
-const SMALL_MAX = 1 << 20;
-/**
- * Output step of larger chunks: under malloc's mmap threshold (bin/store-env), so a step buffer
- * comes from the heap, and, released right after its copy, its memory serves the next step.
- */
-const LARGE_STEP = 128 << 10;
+const MAX_STEP = 4 << 20;
 /** zlib's smallest allowed chunkSize. */
 const MIN_STEP = 64;
 /** Size of the gzip trailer (CRC32 + ISIZE) after each member's deflate data. */
 const GZIP_TRAILER = 8;
 
 /**
+ * A decoded chunk's buffer: its own memory, never a slice of Node's shared allocation slab
+ * (Buffer.allocUnsafe slices one for sizes under 32 KiB on Node 24). A slab slice cannot be
+ * released (util/release-buffer.ts) and the memory LRU keeps a copy of it instead: a cold
+ * zstd:chunked model read (many chunks under 32 KiB) left ~9 MB of slabs waiting for a collection
+ * at its peak, and copied every small chunk once more.
+ */
+const ownBuffer = (n: number): Buffer => Buffer.allocUnsafeSlow(n);
+
+/**
  * Collects decoder output bytes [skip, want): one step's buffer as is when it holds them all,
- * else copied into one buffer of their size (from `chunkBuffers`: reused when large). Output
- * before `skip` is dropped as it arrives, so a chunk deep inside a long member costs its own size,
- * not the member's. Never a slice of Node's shared allocation slab (Buffer.allocUnsafe slices one
- * for sizes under 32 KiB): a slab slice cannot be released and the memory LRU keeps a copy of it
- * instead (a cold zstd:chunked model read left ~9 MB of slabs waiting for a collection).
+ * else copied into one buffer of their size. Output before `skip` is dropped as it arrives, so a
+ * chunk deep inside a long member costs its own size, not the member's.
  */
 class Window {
   private first: Buffer | undefined;
@@ -62,24 +58,19 @@ class Window {
     const from = Math.max(0, this.skip - this.produced);
     const to = Math.min(d.length, this.want - this.produced);
     this.produced += d.length;
-    if (to > from) {
-      const piece = d.subarray(from, to);
-      const at = this.produced - d.length + from - this.skip;
-      if (at === 0 && this.out === undefined && this.first === undefined) {
-        this.first = piece;
-        return;
-      }
-      if (this.out === undefined) {
-        this.out = chunkBuffers.take(this.want - this.skip);
-        this.first?.copy(this.out, 0);
-        this.first = undefined;
-      }
-      piece.copy(this.out, at);
+    if (to <= from) return;
+    const piece = d.subarray(from, to);
+    const at = this.produced - d.length + from - this.skip;
+    if (at === 0 && this.out === undefined && this.first === undefined) {
+      this.first = piece;
+      return;
     }
-    // A step buffer the decoder filled whole is no longer its output buffer (zlib allocates the
-    // next one): copied or skipped, it can go now instead of at the next collection. A partly
-    // filled one may still be written to and is left alone (releaseBuffer takes whole buffers only).
-    releaseBuffer(d, { counted: false });
+    if (this.out === undefined) {
+      this.out = ownBuffer(this.want - this.skip);
+      this.first?.copy(this.out, 0);
+      this.first = undefined;
+    }
+    piece.copy(this.out, at);
   }
 
   result(): Buffer {
@@ -89,7 +80,7 @@ class Window {
   }
 }
 
-const stepFor = (want: number): number => (want > SMALL_MAX ? LARGE_STEP : Math.max(MIN_STEP, want));
+const stepFor = (want: number): number => Math.max(MIN_STEP, Math.min(MAX_STEP, want));
 
 /**
  * Run `src` through `dec` until `want` bytes came out or the stream ended. Resolves the bytes
@@ -157,7 +148,7 @@ export async function gunzipRange(src: Buffer, skip: number, need: number): Prom
   let pos = 0;
   while (!out.full && pos < src.length) {
     const body = pos + gzipBodyOffset(src.subarray(pos));
-    // One step up to `need` when it is small: skipping a short prefix in chunk-sized steps would
+    // One step up to `need` (at most MAX_STEP): skipping a long prefix in chunk-sized steps would
     // cost one thread-pool round trip per step. The wanted bytes may then be a view into a step
     // buffer holding the prefix too; the cache keeps an exact copy (cache/chunk-cache.ts).
     const dec = zlib.createInflateRaw({ chunkSize: stepFor(need - out.produced) });
@@ -200,7 +191,7 @@ export async function zstdRange(src: Buffer, skip: number, need: number): Promis
   napi ??= createRequire(import.meta.url)('zstd-napi/binding') as ZstdNapi;
   const ctx = idle.pop() ?? new napi.DCtx();
   ctx.reset(napi.ResetDirective.sessionOnly);
-  const out = chunkBuffers.take(Math.max(0, need - skip));
+  const out = ownBuffer(Math.max(0, need - skip));
   let produced = 0;
   let consumed = 0;
   try {

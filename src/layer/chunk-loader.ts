@@ -4,7 +4,7 @@ import { decodeChunk, decodeChunks, isZerosVerified, verifyZeros } from '../form
 import type { Chunk, Compression } from '../format/model.js';
 import { asStoreError, StoreError, type ErrorContext } from '../util/errors.js';
 import type { Logger } from '../util/logger.js';
-import { releaseChunkBuffer } from '../util/span-buffers.js';
+import { releaseBuffer } from '../util/release-buffer.js';
 import { SingleFlight } from '../util/single-flight.js';
 import { coalesce } from './ranges.js';
 import { READ_AROUND_BYTES, ReadAround } from './read-around.js';
@@ -488,7 +488,7 @@ export class ChunkLoader {
     // Not awaited: the reader gets its bytes now; the cache write finishes on its own.
     this.ctx.cache.put(c.digest, data, { disk }).then(
       (kept) => {
-        if (prefetched && !kept && !e.waiters.shared) releaseChunkBuffer(data);
+        if (prefetched && !kept && !e.waiters.shared) releaseBuffer(data);
       },
       (err: unknown) => {
         this.ctx.logger.warn({ err, digest: c.digest }, 'chunk cache put failed');

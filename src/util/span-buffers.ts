@@ -20,12 +20,6 @@ export interface SpanBufferOptions {
   maxPooled: number;
   /** Free bytes kept for reuse; buffers given back beyond it are released. */
   maxFree: number;
-  /**
-   * Pooled buffers are this many bytes long at least and a multiple of it (one free list per
-   * size): 1 MiB for compressed spans, whose lengths vary; 1 for decoded chunks, whose lengths
-   * are mostly the layer's chunk size, kept exact so a cached chunk holds no slack.
-   */
-  granularity: number;
   /** Free buffers are released once none was taken for this long (ms): an idle store keeps none. */
   idleMs: number;
   /** Monotonic ms (tests inject one). */
@@ -37,23 +31,18 @@ export interface SpanBufferOptions {
  * per file (layer/read-ahead.ts). Free buffers are resident memory: 8 MiB of them kept a cold
  * 120 MiB shard read's peak RSS unchanged (159 vs 160 MB) at 107 vs 102 MB/s (main thread 760 vs
  * 800 ms, same-run medians of 6); 24 MiB read at 103 vs 97 MB/s but peaked 11 MB higher.
- * Session 28, with decoded chunks in reused buffers too (`chunkBuffers`): 16 MiB (three ~5 MiB
- * spans; 12 MiB peaked higher, not lower, in the same run) read at 128-149 vs 110-128 MB/s for
- * 8 MiB, peak 132-137 MB vs 127-135 (3 runs each); with 8 MiB a miss in every four spans still
- * filled a fresh mapping from the socket.
  */
 export const SPAN_BUFFER_DEFAULTS: Readonly<SpanBufferOptions> = Object.freeze({
   minPooled: 1 * MiB,
   maxPooled: 32 * MiB,
-  maxFree: 16 * MiB,
-  granularity: MiB,
+  maxFree: 8 * MiB,
   idleMs: 2000,
   now: () => performance.now(),
 });
 
 export class SpanBuffers {
   private readonly o: SpanBufferOptions;
-  /** Free buffers by size (multiples of the granularity). */
+  /** Free buffers by size (whole MiBs). */
   private readonly free = new Map<number, ArrayBuffer[]>();
   private freeTotal = 0;
   /** Length each buffer handed out was taken for: only a view of exactly that is given back. */
@@ -79,8 +68,7 @@ export class SpanBuffers {
       this.taken.set(b.buffer, length);
       return b;
     }
-    const g = this.o.granularity;
-    const size = Math.ceil(length / g) * g;
+    const size = Math.ceil(length / MiB) * MiB;
     const ab = this.free.get(size)?.pop();
     if (ab !== undefined) this.freeTotal -= size;
     const buf = ab ?? Buffer.allocUnsafeSlow(size).buffer;
@@ -139,22 +127,3 @@ export class SpanBuffers {
 
 /** The process's span buffers (the registry client takes, the span fetcher gives back). */
 export const spanBuffers = new SpanBuffers();
-
-/**
- * Reused buffers for decoded chunks of 1 MiB and more (format/codec-inflate.ts takes them, the
- * chunk cache gives them back when a chunk leaves its memory LRU: `releaseChunkBuffer`). In this
- * VM a fresh page is a fault: inflating a cold model read's 4 MiB chunks into fresh buffers took
- * ~10 % of the store's CPU in faults alone, more in the slower copy (bench/README.md, session 28).
- * One free 4 MiB buffer: 8 MiB read no faster in the harness's model load and peaked 4-8 MB higher
- * (the optimised image's model load then passed 150 MB).
- */
-export const chunkBuffers = new SpanBuffers({ maxFree: 4 * MiB, granularity: 1 });
-
-/**
- * The last holder of a decoded chunk's buffer is done with it: back to `chunkBuffers` when it came
- * from there, else released (util/release-buffer.ts). Same rule as both: no view of it may be used
- * again (a stale view of a reused buffer would read another chunk's bytes).
- */
-export function releaseChunkBuffer(buf: Buffer): boolean {
-  return chunkBuffers.giveBack(buf) || releaseBuffer(buf);
-}

@@ -7,7 +7,6 @@ import { decodeChunk, decodeChunks, decompressionCount, sha256Async } from '../.
 import type { Chunk } from '../../src/format/model.js';
 import { DigestMismatchError, StoreError } from '../../src/util/errors.js';
 import { releaseBuffer } from '../../src/util/release-buffer.js';
-import { chunkBuffers, releaseChunkBuffer } from '../../src/util/span-buffers.js';
 
 const require = createRequire(import.meta.url);
 const zstd = require('zstd-napi') as { compress(b: Uint8Array): Buffer; decompress(b: Uint8Array): Buffer };
@@ -281,32 +280,6 @@ describe('decoding on the thread pool (no worker threads)', () => {
         expect(out.buffer.byteLength, `${kind} ${n}`).toBeLessThanOrEqual(Math.max(n, Buffer.poolSize));
       }
     }
-  });
-
-  it('decodes large chunks into reused buffers: given back, the next one of that size gets the same memory', async () => {
-    // stored deflate blocks (random data) and Huffman ones (text), each in many 128 KiB steps whose
-    // buffers are released as they are copied: bytes must be exact every time
-    const n = (2 << 20) + 4099;
-    const a = randomBytes(n);
-    const b = texty(n);
-    const first = await decodeChunk('gzip', gzipSync(a), chunkOf(a));
-    expect(first.equals(a)).toBe(true);
-    expect(first.buffer.byteLength).toBe(n);
-    const memory = first.buffer;
-    expect(releaseChunkBuffer(first)).toBe(true);
-    const second = await decodeChunk('gzip', members([b.subarray(0, 5000), b.subarray(5000)]), chunkOf(b));
-    expect(second.buffer).toBe(memory);
-    expect(second.equals(b)).toBe(true);
-    // a chunk inside a member (innerOffset): the same, cut from the member's output
-    const inner = b.subarray(1000);
-    expect(releaseChunkBuffer(second)).toBe(true);
-    const third = await decodeChunk('gzip', gzipSync(b), chunkOf(inner, { innerOffset: 1000 }));
-    expect(third.equals(inner)).toBe(true);
-    // a buffer not taken from the pool is released, never pooled
-    const own = Buffer.allocUnsafeSlow(n);
-    expect(releaseChunkBuffer(own)).toBe(true);
-    expect(own.length).toBe(0);
-    expect(chunkBuffers.freeBytes).toBeLessThanOrEqual(8 << 20);
   });
 
   it('still detects a wrong digest, a truncated member and garbage at every size', async () => {
