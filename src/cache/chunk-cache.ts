@@ -63,6 +63,14 @@ export interface ChunkCacheStats {
 export { footprint } from './disk-budget.js';
 
 /**
+ * Chunks at least this large go to disk once a reader had all of their bytes, before their memory
+ * copy leaves (ChunkCache.consumed). Smaller ones are decoded again from local bytes if ever asked
+ * for again (a 54 KiB zstd:chunked chunk in ~0.2 ms): a file for each of them cost a cold
+ * zstd:chunked read half its speed (see chunk-loader.ts deliver).
+ */
+const DISK_AFTER_READ_MIN = 1024 * 1024;
+
+/**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
  * the file holding exactly the chunk bytes. Identical chunks of different layers/images are stored
  * once and survive restarts. A chunk file is hashed whole (off the main thread) against its name
@@ -190,12 +198,11 @@ export class ChunkCache {
    * leaves the LRU: the kernel's page cache holds what the reader got (kernel_cache), so the copy
    * would only take memory from chunks still to be read (a sequential reader otherwise keeps the whole LRU
    * of chunks it has passed). It never leaves as the only copy: it goes once the chunk is on disk,
-   * or at once when `heldElsewhere` (the caller holds its compressed bytes locally: a miss decodes
-   * it from them, and a chunk decoded a second time goes to disk, chunk-loader.ts). Writing large
-   * chunks to disk as they were read cost a cold model read a second stream of page-cache writes
-   * beside the compressed bytes': 16-25 % of its CPU in this VM, where every fresh page costs a
-   * fault (cold 120 MiB shard read 116-129 vs 84-103 MB/s, bench/README.md session 28). The
-   * background pass writes them before the local bytes go.
+   * or at once when `heldElsewhere` (the caller holds its compressed bytes locally) and it is
+   * small. A large one is written to disk first: the kernel does drop single pages of a file read
+   * long ago (a warm re-read of a model shard at 100 Mbit/s asked for a few 4 KiB pages again),
+   * and each such page would otherwise cost decoding and hashing its whole chunk again, where a
+   * chunk file costs a 4 KiB read.
    */
   consumed(digest: string, bytes: number, heldElsewhere: boolean): void {
     const hex = digestHex(digest);
@@ -214,7 +221,7 @@ export class ChunkCache {
     }
     const mem = this.memory.peek(hex);
     if (mem === undefined) return;
-    if (heldElsewhere) {
+    if (heldElsewhere && mem.length < DISK_AFTER_READ_MIN) {
       this.memory.delete(hex);
       return;
     }
