@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crashPoint } from '../util/crash-points.js';
+import { createFileDirect } from '../util/direct-write.js';
 import { gcPacer } from '../util/gc-pacer.js';
 import { atNextTurn } from '../util/next-turn.js';
 import { releaseBuffer } from '../util/release-buffer.js';
@@ -71,6 +72,13 @@ export { footprint } from './disk-budget.js';
 const DISK_AFTER_READ_MIN = 1024 * 1024;
 
 /**
+ * Chunk files this large are written with O_DIRECT (util/direct-write.ts): the 4 MiB chunks of a
+ * model read and of the background pass. Smaller ones (start-up files, zstd:chunked's ~54 KiB
+ * chunks) keep the page cache: a direct write costs a disk round trip each, not a copy.
+ */
+const DIRECT_MIN = 1024 * 1024;
+
+/**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
  * the file holding exactly the chunk bytes. Identical chunks of different layers/images are stored
  * once and survive restarts. A chunk file is hashed whole (off the main thread) against its name
@@ -100,6 +108,8 @@ export class ChunkCache {
   private readonly writes = new SingleFlight<string, void>();
   private scanned = false;
   private closed = false;
+  /** O_DIRECT chunk writes: off once the file system refused them. */
+  private direct = true;
   /** Readers holding chunk buffers across turns of the event loop, per chunk (`borrow`). */
   private readonly borrowed = new Map<string, number>();
   /** Buffers that left the LRU while borrowed: released when the last borrower is done. */
@@ -400,9 +410,8 @@ export class ChunkCache {
         await mkdir(dir, { recursive: true, mode: 0o700 });
         this.knownDirs.add(dir);
       }
-      const fh = await open(tmp, 'wx', 0o600);
+      const fh = await this.createFile(tmp, data);
       try {
-        await fh.writeFile(data);
         crashPoint('chunk-write');
         await rename(tmp, this.paths.chunkFile(hex));
         // verified bytes: slices need no hash (stat after the rename, which moves ctime)
@@ -421,6 +430,35 @@ export class ChunkCache {
       await unlink(tmp).catch(() => undefined);
     } finally {
       this.budget.settle(bytes, failed);
+    }
+  }
+
+  /**
+   * A new file `tmp` holding `data`. Chunks of DIRECT_MIN bytes and more skip the page cache
+   * (util/direct-write.ts) unless the file system refused O_DIRECT once: then, and for smaller
+   * chunks, a buffered write.
+   */
+  private async createFile(tmp: string, data: Buffer): Promise<FileHandle> {
+    if (this.direct && data.length >= DIRECT_MIN) {
+      try {
+        return await createFileDirect(tmp, data, 0o600);
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== 'E_NO_DIRECT') throw err;
+        this.direct = false;
+        this.logger.info(
+          { dir: this.paths.tmp },
+          'chunk cache: file system refuses O_DIRECT, chunks written through the page cache',
+        );
+        await unlink(tmp).catch(() => undefined);
+      }
+    }
+    const fh = await open(tmp, 'wx', 0o600);
+    try {
+      await fh.writeFile(data);
+      return fh;
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      throw err;
     }
   }
 

@@ -99,7 +99,8 @@ describe('ChunkCache', () => {
     try {
       // kept off disk (its compressed bytes are held locally), but a lost page of it would cost a
       // decode of the whole chunk: written once the reader has it all, then dropped from memory
-      const big = randomBytes(1536 * 1024);
+      // (an unaligned size: written with O_DIRECT, padded to 4 KiB and cut back, util/direct-write.ts)
+      const big = randomBytes(1536 * 1024 + 321);
       await cache.put(digestOf(big), give(big), { disk: false });
       expect(cache.onDisk(digestOf(big))).toBe(false);
       cache.consumed(digestOf(big), big.length, true);
@@ -110,6 +111,18 @@ describe('ChunkCache', () => {
       const out = Buffer.alloc(4096);
       expect(await cache.readSlice(digestOf(big), big.length, { from: 8192, to: 12288 }, out, 0)).toBe(true);
       expect(out.equals(big.subarray(8192, 12288))).toBe(true);
+      const tail = Buffer.alloc(1000);
+      expect(
+        await cache.readSlice(
+          digestOf(big),
+          big.length,
+          { from: big.length - 1000, to: big.length },
+          tail,
+          0,
+        ),
+      ).toBe(true);
+      expect(tail.equals(big.subarray(big.length - 1000))).toBe(true);
+      expect((await cache.get(digestOf(big)))?.equals(big)).toBe(true);
     } finally {
       await cache.close();
     }

@@ -1,0 +1,56 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createFileDirect } from '../../src/util/direct-write.js';
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'direct-write-'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function roundTrip(name: string, data: Buffer): Promise<void> {
+  const path = join(dir, name);
+  const fh = await createFileDirect(path, data, 0o600);
+  await fh.close();
+  const st = await stat(path);
+  expect(st.size).toBe(data.length);
+  expect(st.mode & 0o777).toBe(0o600);
+  expect((await readFile(path)).equals(data)).toBe(true);
+}
+
+describe('createFileDirect', () => {
+  it('writes exactly the bytes: aligned, unaligned tails, several staging rounds, tiny and empty', async () => {
+    await roundTrip('aligned', randomBytes(4 << 20));
+    await roundTrip('tail', randomBytes((1 << 20) + 4096 * 3 + 123));
+    await roundTrip('rounds', randomBytes(3 * (1 << 20) + 5000));
+    await roundTrip('tiny', randomBytes(17));
+    await roundTrip('empty', Buffer.alloc(0));
+  });
+
+  it('writes taking turns on the one staging buffer: concurrent files all hold their own bytes', async () => {
+    const datas = Array.from({ length: 6 }, (_, i) => randomBytes((1 << 20) * (i % 3) + 777 * (i + 1)));
+    const handles = await Promise.all(datas.map((d, i) => createFileDirect(join(dir, `f${i}`), d, 0o600)));
+    await Promise.all(handles.map((h) => h.close()));
+    for (const [i, d] of datas.entries()) expect((await readFile(join(dir, `f${i}`))).equals(d)).toBe(true);
+  });
+
+  it('never replaces an existing file (exclusive create)', async () => {
+    const path = join(dir, 'taken');
+    await writeFile(path, 'old');
+    await expect(createFileDirect(path, randomBytes(1 << 20), 0o600)).rejects.toMatchObject({
+      code: 'EEXIST',
+    });
+    expect(await readFile(path, 'utf8')).toBe('old');
+  });
+
+  it('rejects with the write error when the directory is missing', async () => {
+    await expect(createFileDirect(join(dir, 'no', 'such'), randomBytes(10), 0o600)).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+  });
+});
