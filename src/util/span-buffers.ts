@@ -18,7 +18,10 @@ export interface SpanBufferOptions {
   minPooled: number;
   /** Largest length served from reused buffers (larger: plain allocations). */
   maxPooled: number;
-  /** Free bytes kept for reuse; buffers given back beyond it are released. */
+  /**
+   * Free bytes kept for reuse; beyond it the buffers given back longest ago are released (so an odd
+   * size, an on-demand span of 9 MiB, never holds the room the steady 5 MiB spans need).
+   */
   maxFree: number;
   /** Free buffers are released once none was taken for this long (ms): an idle store keeps none. */
   idleMs: number;
@@ -27,23 +30,26 @@ export interface SpanBufferOptions {
 }
 
 /**
- * Sizes: a read-ahead step's span is ~4 MiB of compressed bytes and at most 12 MiB are in flight
- * per file (layer/read-ahead.ts). Free buffers are resident memory: 8 MiB of them kept a cold
- * 120 MiB shard read's peak RSS unchanged (159 vs 160 MB) at 107 vs 102 MB/s (main thread 760 vs
- * 800 ms, same-run medians of 6); 24 MiB read at 103 vs 97 MB/s but peaked 11 MB higher.
+ * Sizes: a read-ahead step's span is a 4 MiB eStargz chunk's compressed bytes (a 5 MiB buffer)
+ * and two steps are in flight per file (layer/read-ahead.ts, capped by the memory LRU). Free
+ * buffers are resident memory: 8 MiB of them kept a cold 120 MiB shard read's peak RSS unchanged
+ * (159 vs 160 MB) at 107 vs 102 MB/s (main thread 760 vs 800 ms, same-run medians of 6); 24 MiB
+ * read at 103 vs 97 MB/s but peaked 11 MB higher. 8 MiB held one 5 MiB span: 12 of 27 takes of
+ * a cold shard read were fresh mappings (15 of 27 once a 9 MiB on-demand span sat in the free
+ * list); 10 MiB, the oldest released first, took 5-6 of 28 fresh (session 29).
  */
 export const SPAN_BUFFER_DEFAULTS: Readonly<SpanBufferOptions> = Object.freeze({
   minPooled: 1 * MiB,
   maxPooled: 32 * MiB,
-  maxFree: 8 * MiB,
+  maxFree: 10 * MiB,
   idleMs: 2000,
   now: () => performance.now(),
 });
 
 export class SpanBuffers {
   private readonly o: SpanBufferOptions;
-  /** Free buffers by size (whole MiBs). */
-  private readonly free = new Map<number, ArrayBuffer[]>();
+  /** Free buffers (sizes in whole MiBs), given back longest ago first. */
+  private readonly free: ArrayBuffer[] = [];
   private freeTotal = 0;
   /** Length each buffer handed out was taken for: only a view of exactly that is given back. */
   private readonly taken = new WeakMap<ArrayBufferLike, number>();
@@ -69,7 +75,9 @@ export class SpanBuffers {
       return b;
     }
     const size = Math.ceil(length / MiB) * MiB;
-    const ab = this.free.get(size)?.pop();
+    // the most recently given back of that size: its pages are the likeliest still cached
+    const at = this.free.findLastIndex((b) => b.byteLength === size);
+    const ab = at >= 0 ? this.free.splice(at, 1)[0] : undefined;
     if (ab !== undefined) this.freeTotal -= size;
     const buf = ab ?? Buffer.allocUnsafeSlow(size).buffer;
     this.taken.set(buf, length);
@@ -91,14 +99,17 @@ export class SpanBuffers {
       opts.reuse === false ||
       length < this.o.minPooled ||
       length > this.o.maxPooled ||
-      this.freeTotal + size > this.o.maxFree
+      size > this.o.maxFree
     ) {
       return releaseBuffer(Buffer.from(ab));
     }
-    let list = this.free.get(size);
-    if (list === undefined) this.free.set(size, (list = []));
-    list.push(ab as ArrayBuffer);
+    this.free.push(ab as ArrayBuffer);
     this.freeTotal += size;
+    while (this.freeTotal > this.o.maxFree) {
+      const old = this.free.shift()!;
+      this.freeTotal -= old.byteLength;
+      releaseBuffer(Buffer.from(old));
+    }
     // reused memory is no garbage: no collection needed for it
     gcPacer.gaveBack(length);
     this.armTrim();
@@ -107,8 +118,8 @@ export class SpanBuffers {
 
   /** Release every free buffer. */
   trim(): void {
-    for (const list of this.free.values()) for (const ab of list) releaseBuffer(Buffer.from(ab));
-    this.free.clear();
+    for (const ab of this.free) releaseBuffer(Buffer.from(ab));
+    this.free.length = 0;
     this.freeTotal = 0;
   }
 

@@ -40,6 +40,28 @@ describe('SpanBuffers', () => {
     expect(pool.freeBytes).toBe(2 * MiB);
   });
 
+  it('an odd size given back once never keeps the steady sizes out: the oldest free buffers go first', () => {
+    const pool = new SpanBuffers({ minPooled: 1 * MiB, maxFree: 10 * MiB });
+    const odd = pool.take(9 * MiB);
+    pool.giveBack(odd);
+    expect(pool.freeBytes).toBe(9 * MiB);
+    // the read-ahead's steady spans: two of 5 MiB in flight, given back in turn
+    const [s1, s2] = [pool.take(5 * MiB - 7), pool.take(5 * MiB - 9)];
+    pool.giveBack(s1); // 14 MiB free: the 9 MiB one goes
+    expect(odd.length).toBe(0);
+    pool.giveBack(s2);
+    expect(pool.freeBytes).toBe(10 * MiB);
+    const [t1, t2] = [pool.take(5 * MiB - 1), pool.take(5 * MiB - 2)];
+    expect(new Set([t1.buffer, t2.buffer])).toEqual(new Set([s1.buffer, s2.buffer]));
+    expect(pool.freeBytes).toBe(0);
+    // larger than the whole free room: released at once, nothing else evicted for it
+    pool.giveBack(t1);
+    const big = pool.take(12 * MiB);
+    pool.giveBack(big);
+    expect(big.length).toBe(0);
+    expect(pool.freeBytes).toBe(5 * MiB);
+  });
+
   it('releases what exceeds maxFree, and every free buffer once none was taken for idleMs', () => {
     vi.useFakeTimers();
     let now = 0;
@@ -47,9 +69,9 @@ describe('SpanBuffers', () => {
     const [a, b, c] = [pool.take(2 * MiB), pool.take(2 * MiB), pool.take(2 * MiB)];
     pool.giveBack(a);
     pool.giveBack(b);
-    pool.giveBack(c); // over maxFree: released
+    pool.giveBack(c); // over maxFree: the one given back longest ago is released
     expect(pool.freeBytes).toBe(4 * MiB);
-    expect(c.length).toBe(0);
+    expect(a.length).toBe(0);
     now = 600;
     pool.take(2 * MiB); // used again 600 ms in: the idle clock starts over
     expect(pool.freeBytes).toBe(2 * MiB);
