@@ -82,4 +82,18 @@ describe('SpanBuffers', () => {
     vi.advanceTimersByTime(600);
     expect(pool.freeBytes).toBe(0);
   });
+
+  it('background traffic alone (takes of other sizes, nothing kept) does not keep free buffers resident', () => {
+    vi.useFakeTimers();
+    let now = 0;
+    const pool = new SpanBuffers({ minPooled: 1 * MiB, maxFree: 10 * MiB, idleMs: 1000, now: () => now });
+    pool.giveBack(pool.take(5 * MiB)); // a reader's span, kept
+    expect(pool.freeBytes).toBe(5 * MiB);
+    for (now = 100; now <= 1500; now += 100) {
+      // a background unit: another size, released when done
+      pool.giveBack(pool.take(8 * MiB), { reuse: false });
+      vi.advanceTimersByTime(100);
+    }
+    expect(pool.freeBytes).toBe(0);
+  });
 });
