@@ -16,6 +16,7 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
+import { WriteRate } from './write-rate.js';
 import { stampOf, VerifiedFiles } from './verified-files.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
@@ -72,11 +73,21 @@ export { footprint } from './disk-budget.js';
 const DISK_AFTER_READ_MIN = 1024 * 1024;
 
 /**
- * Chunk files this large are written with O_DIRECT (util/direct-write.ts): the 4 MiB chunks of a
- * model read and of the background pass. Smaller ones (start-up files, zstd:chunked's ~54 KiB
- * chunks) keep the page cache: a direct write costs a disk round trip each, not a copy.
+ * Chunk files this large (the 4 MiB chunks of a model read and of the background pass) are written
+ * with O_DIRECT (util/direct-write.ts) while the cache is being filled at DIRECT_RATE or faster.
+ * Through the page cache, those writes were 21-31 % of the store's CPU during a cold model read
+ * on loopback (every fresh page-cache page faults in this VM); O_DIRECT read the shard 97 vs 80
+ * MB/s (harness p50, same run). But a file written so is not in the page cache, and the kernel
+ * does drop pages of a shard read long ago (session 28: this VM pages out memory unused for ~1 s):
+ * each such page is then read from the disk, not copied from the page cache. On a 100 Mbit/s link
+ * (a 10 s cold read, CPU mostly idle) that took the warm re-read to 948-1846 vs 1789-2504 MB/s
+ * (same run, 3 each). So a slow fill, where the copy costs nothing that is missed, keeps the page
+ * cache. Smaller chunks (start-up files, zstd:chunked's ~54 KiB) always do: a direct write costs a
+ * disk round trip each.
  */
 const DIRECT_MIN = 1024 * 1024;
+/** See DIRECT_MIN: bytes per second of large chunk files written over the last second. */
+const DIRECT_RATE = 32 * 1024 * 1024;
 
 /**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
@@ -110,6 +121,8 @@ export class ChunkCache {
   private closed = false;
   /** O_DIRECT chunk writes: off once the file system refused them. */
   private direct = true;
+  /** How fast large chunk files are being written (DIRECT_RATE). */
+  private readonly largeWrites: WriteRate;
   /** Readers holding chunk buffers across turns of the event loop, per chunk (`borrow`). */
   private readonly borrowed = new Map<string, number>();
   /** Buffers that left the LRU while borrowed: released when the last borrower is done. */
@@ -138,6 +151,7 @@ export class ChunkCache {
     };
     this.maxEntries = bounds.maxEntries;
     this.logger = opts.logger ?? silentLogger;
+    this.largeWrites = new WriteRate(opts.now ?? ((): number => performance.now()));
     this.memory = new MemoryLru(opts.memoryBytes ?? CACHE_DEFAULTS.memoryBytes, opts.now, (hex, buf) =>
       this.retire(hex, buf),
     );
@@ -435,11 +449,12 @@ export class ChunkCache {
 
   /**
    * A new file `tmp` holding `data`. Chunks of DIRECT_MIN bytes and more skip the page cache
-   * (util/direct-write.ts) unless the file system refused O_DIRECT once: then, and for smaller
-   * chunks, a buffered write.
+   * (util/direct-write.ts) while they are being written at DIRECT_RATE or faster, unless the file
+   * system refused O_DIRECT once; otherwise a buffered write.
    */
   private async createFile(tmp: string, data: Buffer): Promise<FileHandle> {
-    if (this.direct && data.length >= DIRECT_MIN) {
+    if (data.length >= DIRECT_MIN) this.largeWrites.add(data.length);
+    if (this.direct && data.length >= DIRECT_MIN && this.largeWrites.perSecond() >= DIRECT_RATE) {
       try {
         return await createFileDirect(tmp, data, 0o600);
       } catch (err) {

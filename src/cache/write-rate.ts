@@ -1,0 +1,31 @@
+/**
+ * Bytes written over the last `windowMs` (a sliding window of marks): how fast the chunk cache is
+ * being filled right now, which decides how its large files are written (cache/chunk-cache.ts).
+ */
+export class WriteRate {
+  private readonly marks: Array<{ at: number; bytes: number }> = [];
+  private total = 0;
+
+  constructor(
+    private readonly now: () => number,
+    private readonly windowMs = 1000,
+  ) {}
+
+  add(bytes: number): void {
+    const at = this.now();
+    this.marks.push({ at, bytes });
+    this.total += bytes;
+    this.trim(at);
+  }
+
+  /** Bytes per second over the window. */
+  perSecond(): number {
+    this.trim(this.now());
+    return (this.total * 1000) / this.windowMs;
+  }
+
+  private trim(at: number): void {
+    while (this.marks.length > 0 && this.marks[0]!.at <= at - this.windowMs)
+      this.total -= this.marks.shift()!.bytes;
+  }
+}
