@@ -1,4 +1,5 @@
 import * as fsp from 'node:fs/promises';
+import { DIRECT_WRITE_FLAGS } from '../util/direct-write.js';
 
 /**
  * Where the blob store may take disk space from. The chunk cache implements it
@@ -29,6 +30,12 @@ export interface BlobFileHandle {
 /** The filesystem calls the store makes; node:fs/promises by default. */
 export interface BlobFs {
   open(path: string, flags: string, mode?: number): Promise<BlobFileHandle>;
+  /**
+   * Open an existing file for O_DIRECT writes (util/direct-write.ts writeDirectAt); absent: the
+   * store writes through the page cache only. Rejects with `E_NO_DIRECT` when the file system
+   * refuses O_DIRECT.
+   */
+  openDirect?(path: string): Promise<BlobFileHandle>;
   readFile(path: string): Promise<Buffer>;
   rename(from: string, to: string): Promise<void>;
   unlink(path: string): Promise<void>;
@@ -39,6 +46,14 @@ export interface BlobFs {
 /** node:fs/promises as a BlobFs. */
 export const nodeFs: BlobFs = {
   open: (path, flags, mode) => fsp.open(path, flags, mode),
+  openDirect: async (path) => {
+    try {
+      return await fsp.open(path, DIRECT_WRITE_FLAGS);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
+      throw Object.assign(new Error('file system refuses O_DIRECT', { cause: err }), { code: 'E_NO_DIRECT' });
+    }
+  },
   readFile: (path) => fsp.readFile(path),
   rename: (from, to) => fsp.rename(from, to),
   unlink: (path) => fsp.unlink(path),

@@ -13,6 +13,7 @@ import {
 } from './blob-files.js';
 import { IntervalSet } from './interval-set.js';
 import { LocalBlob } from './local-blob.js';
+import { DIRECT_MIN_BYTES, DIRECT_MIN_RATE, WriteRate } from './write-rate.js';
 import { digestHex } from './paths.js';
 import { SingleFlight } from '../util/single-flight.js';
 
@@ -44,6 +45,8 @@ export interface BlobStoreOptions {
   logger?: Logger;
   /** Filesystem calls (tests inject failures). */
   fs?: BlobFs;
+  /** Monotonic ms for the write rate that picks direct writes (tests inject one). */
+  now?: () => number;
 }
 
 export interface BlobStoreStats {
@@ -95,12 +98,18 @@ export class BlobStore {
   private disabledReason: string | undefined;
   private closed = false;
   /** @internal */ readonly counters = { bytesWritten: 0, bytesRefused: 0, writeErrors: 0, checkpoints: 0 };
+  /** @internal How fast compressed bytes are being stored (cache/write-rate.ts: direct writes). */
+  readonly writeRate: WriteRate;
+  /** Direct writes stay possible (the fs can open files so, and did not refuse them yet). */
+  private directOk: boolean;
 
   private constructor(opts: BlobStoreOptions) {
     this.dir = rootLayout(opts.root).blobs;
     this.fs = opts.fs ?? nodeFs;
     this.logger = opts.logger ?? silentLogger;
     this.budget = opts.budget;
+    this.writeRate = new WriteRate(opts.now ?? ((): number => performance.now()));
+    this.directOk = this.fs.openDirect !== undefined;
     this.checkpointBytes = opts.checkpointBytes ?? DEFAULT_CHECKPOINT_BYTES;
     this.checkpointMs = opts.checkpointMs ?? 1000;
     this.settleBytes = opts.settleBytes ?? Math.min(2 * this.checkpointBytes, MAX_DEFAULT_SETTLE_BYTES);
@@ -281,6 +290,25 @@ export class BlobStore {
   private async recreate(hex: string): Promise<BlobFileHandle> {
     await this.fs.unlink(this.recordPath(hex)).catch(() => undefined);
     return await this.fs.open(this.dataPath(hex), 'w+', 0o600);
+  }
+
+  /**
+   * @internal `written` bytes are about to be stored: should their page-aligned middle (`middle`
+   * bytes) skip the page cache? Counts them into the rate either way (see LocalBlob.writeRange).
+   */
+  wantsDirect(written: number, middle: number): boolean {
+    this.writeRate.add(written);
+    return this.directOk && middle >= DIRECT_MIN_BYTES && this.writeRate.perSecond() >= DIRECT_MIN_RATE;
+  }
+
+  /** @internal The file system refused O_DIRECT: page-cache writes from now on, said once. */
+  refuseDirect(err: unknown): void {
+    if (!this.directOk) return;
+    this.directOk = false;
+    this.logger.info(
+      { dir: this.dir, err },
+      'blob store: file system refuses O_DIRECT, writes go through the page cache',
+    );
   }
 
   /** The local copy of `digest` if some layer has it open now, else undefined (synchronous). */

@@ -16,7 +16,7 @@ import { MemoryLru } from './memory-lru.js';
 import { CachePaths, digestHex } from './paths.js';
 import { buildIndexMap, cleanTemp, orderByAge, scanChunks } from './scan.js';
 import { sha256Hex } from './verify.js';
-import { WriteRate } from './write-rate.js';
+import { DIRECT_MIN_BYTES, DIRECT_MIN_RATE, WriteRate } from './write-rate.js';
 import { stampOf, VerifiedFiles } from './verified-files.js';
 import { CACHE_DEFAULTS } from '../util/defaults.js';
 
@@ -72,9 +72,10 @@ export { footprint } from './disk-budget.js';
  */
 const DISK_AFTER_READ_MIN = 1024 * 1024;
 
-/**
- * Chunk files this large (the 4 MiB chunks of a model read and of the background pass) are written
- * with O_DIRECT (util/direct-write.ts) while the cache is being filled at DIRECT_RATE or faster.
+/*
+ * Chunk files of DIRECT_MIN_BYTES and more (the 4 MiB chunks of a model read and of the background pass) are written
+ * with O_DIRECT (util/direct-write.ts) while the cache is being filled at DIRECT_MIN_RATE or faster
+ * (cache/write-rate.ts).
  * Through the page cache, those writes were 21-31 % of the store's CPU during a cold model read
  * on loopback (every fresh page-cache page faults in this VM); O_DIRECT read the shard 97 vs 80
  * MB/s (harness p50, same run). But a file written so is not in the page cache, and the kernel
@@ -85,9 +86,6 @@ const DISK_AFTER_READ_MIN = 1024 * 1024;
  * cache. Smaller chunks (start-up files, zstd:chunked's ~54 KiB) always do: a direct write costs a
  * disk round trip each.
  */
-const DIRECT_MIN = 1024 * 1024;
-/** See DIRECT_MIN: bytes per second of large chunk files written over the last second. */
-const DIRECT_RATE = 32 * 1024 * 1024;
 
 /**
  * Content-addressed store of verified, decompressed chunks: `<root>/cache/chunks/sha256/xx/<hex>`,
@@ -121,7 +119,7 @@ export class ChunkCache {
   private closed = false;
   /** O_DIRECT chunk writes: off once the file system refused them. */
   private direct = true;
-  /** How fast large chunk files are being written (DIRECT_RATE). */
+  /** How fast large chunk files are being written (DIRECT_MIN_RATE). */
   private readonly largeWrites: WriteRate;
   /** Readers holding chunk buffers across turns of the event loop, per chunk (`borrow`). */
   private readonly borrowed = new Map<string, number>();
@@ -448,13 +446,13 @@ export class ChunkCache {
   }
 
   /**
-   * A new file `tmp` holding `data`. Chunks of DIRECT_MIN bytes and more skip the page cache
-   * (util/direct-write.ts) while they are being written at DIRECT_RATE or faster, unless the file
+   * A new file `tmp` holding `data`. Chunks of DIRECT_MIN_BYTES and more skip the page cache
+   * (util/direct-write.ts) while they are being written at DIRECT_MIN_RATE or faster, unless the file
    * system refused O_DIRECT once; otherwise a buffered write.
    */
   private async createFile(tmp: string, data: Buffer): Promise<FileHandle> {
-    if (data.length >= DIRECT_MIN) this.largeWrites.add(data.length);
-    if (this.direct && data.length >= DIRECT_MIN && this.largeWrites.perSecond() >= DIRECT_RATE) {
+    if (data.length >= DIRECT_MIN_BYTES) this.largeWrites.add(data.length);
+    if (this.direct && data.length >= DIRECT_MIN_BYTES && this.largeWrites.perSecond() >= DIRECT_MIN_RATE) {
       try {
         return await createFileDirect(tmp, data, 0o600);
       } catch (err) {

@@ -1,3 +1,16 @@
+const MiB = 1024 * 1024;
+
+/**
+ * Writes of at least this many bytes skip the page cache (O_DIRECT, util/direct-write.ts) while
+ * their kind (large chunk files; the local compressed bytes) is being written at DIRECT_MIN_RATE
+ * or faster: a loopback model read, a fast background pass. The reasons, measured, are at
+ * ChunkCache's use (cache/chunk-cache.ts) and LocalBlob's (cache/local-blob.ts). Smaller writes
+ * always go through the page cache: a direct write costs a disk round trip each.
+ */
+export const DIRECT_MIN_BYTES = 1 * MiB;
+/** See DIRECT_MIN_BYTES: bytes per second over the last second. */
+export const DIRECT_MIN_RATE = 32 * MiB;
+
 /**
  * Bytes written over the last `windowMs` (a sliding window of marks): how fast the chunk cache is
  * being filled right now, which decides how its large files are written (cache/chunk-cache.ts).

@@ -602,3 +602,113 @@ describe('BlobStore: settle (bounded bytes a crash can lose)', () => {
     await store.close();
   });
 });
+
+describe('BlobStore: the page-aligned middle of a fast fill is written directly', () => {
+  const MiB = 1 << 20;
+  const PAGE = 4096;
+
+  /** The real file system; `openDirect` opens an ordinary handle that records what it was given. */
+  function recordingFs(directWrites: Array<[number, number]>, refuse = false): BlobFs & { opened: number } {
+    const fs = handleFs(() => ({}));
+    const out = {
+      ...fs,
+      opened: 0,
+      openDirect: async (path: string): Promise<BlobFileHandle> => {
+        out.opened++;
+        if (refuse) throw Object.assign(new Error('no O_DIRECT here'), { code: 'E_NO_DIRECT' });
+        const fh = await fsp.open(path, 'r+');
+        return {
+          write: (buf, off, len, pos) => {
+            directWrites.push([pos, pos + len]);
+            return fh.write(buf, off, len, pos);
+          },
+          read: (buf, off, len, pos) => fh.read(buf, off, len, pos),
+          datasync: () => fh.datasync(),
+          stat: () => fh.stat(),
+          close: () => fh.close(),
+        };
+      },
+    };
+    return out;
+  }
+
+  /** Unaligned pieces of 2 MiB + 1 KiB, written one after the other. */
+  async function fill(
+    b: Awaited<ReturnType<BlobStore['openBlob']>>,
+    blob: Buffer,
+    piece: number,
+  ): Promise<void> {
+    for (let at = 0; at < blob.length; at += piece) {
+      const end = Math.min(blob.length, at + piece);
+      await b.write(at, blob.subarray(at, end));
+    }
+  }
+
+  it('once the fill reaches the rate: middles go direct, page-aligned, ends buffered; every byte exact', async () => {
+    const blob = randomBytes(40 * MiB + 777);
+    const direct: Array<[number, number]> = [];
+    const fs = recordingFs(direct);
+    const store = await BlobStore.open({ root, fs, durable: false, now: () => 0 });
+    const b = await store.openBlob(digestOf(blob), blob.length);
+    await fill(b, blob, 2 * MiB + 1024);
+    expect(b.complete).toBe(true);
+    expect(fs.opened).toBe(1);
+    // the first ~32 MiB fill the one-second window (the clock stands still); the rest goes direct
+    expect(direct.length).toBeGreaterThan(0);
+    for (const [s, e] of direct) {
+      expect(s % PAGE).toBe(0);
+      expect(e % PAGE).toBe(0);
+      expect(s).toBeGreaterThanOrEqual(30 * MiB);
+    }
+    const directBytes = direct.reduce((n, [s, e]) => n + e - s, 0);
+    expect(directBytes).toBeGreaterThan(6 * MiB);
+    expect((await b.read(0, blob.length)).equals(blob)).toBe(true);
+    await store.close();
+    expect((await fsp.readFile(join(dir(), hexOf(digestOf(blob)) + '.partial'))).equals(blob)).toBe(true);
+  });
+
+  it('on the real file system (O_DIRECT, or its refusal on tmpfs): every byte exact, across a reopen', async () => {
+    const blob = randomBytes(40 * MiB + 4097);
+    const store = await BlobStore.open({ root, now: () => 0 });
+    const b = await store.openBlob(digestOf(blob), blob.length);
+    await fill(b, blob, 3 * MiB + 513);
+    expect((await b.read(0, blob.length)).equals(blob)).toBe(true);
+    await store.close();
+    const again = await BlobStore.open({ root });
+    const b2 = await again.openBlob(digestOf(blob), blob.length);
+    expect(b2.complete).toBe(true);
+    expect((await b2.read(0, blob.length)).equals(blob)).toBe(true);
+    await again.close();
+  });
+
+  it('a slow fill stays in the page cache', async () => {
+    const blob = randomBytes(12 * MiB + 5);
+    const direct: Array<[number, number]> = [];
+    let t = 0;
+    const store = await BlobStore.open({
+      root,
+      fs: recordingFs(direct),
+      durable: false,
+      now: () => (t += 1000),
+    });
+    const b = await store.openBlob(digestOf(blob), blob.length);
+    await fill(b, blob, 2 * MiB + 1024);
+    expect(direct).toEqual([]);
+    expect((await b.read(0, blob.length)).equals(blob)).toBe(true);
+    await store.close();
+  });
+
+  it('a file system that refuses O_DIRECT: asked once, said once, every byte written through the page cache', async () => {
+    const blob = randomBytes(40 * MiB + 3);
+    const fs = recordingFs([], true);
+    const log = captureLogger('info');
+    const store = await BlobStore.open({ root, fs, durable: false, now: () => 0, logger: log.logger });
+    const b = await store.openBlob(digestOf(blob), blob.length);
+    await fill(b, blob, 2 * MiB + 1024);
+    expect(fs.opened).toBe(1);
+    expect(log.text().match(/refuses O_DIRECT/g)).toHaveLength(1);
+    expect(store.stats().disabled).toBe(false);
+    expect((await b.read(0, blob.length)).equals(blob)).toBe(true);
+    await store.close();
+  });
+});
