@@ -462,10 +462,7 @@ export class LazyLayer {
     // peak RSS 140-149 vs 143-155 MB; start-up p50 1.10 vs 1.16 s loopback, 2.14 vs 2.18 at 100
     // Mbit, against 4 MiB batches two at a time)
     const delay = this.opts.prefetchDecodeDelayMs ?? PREFETCH_DECODE_DELAY_MS;
-    const due = Promise.race([
-      this.firstRead.promise,
-      this.scheduler.clock.sleep(delay, this.closing.signal),
-    ]);
+    const due = Promise.race([this.firstRead.promise, this.scheduler.clock.sleep(delay, this.closing.signal)]);
     this.prefetchDecode = raceAbort(due, this.closing.signal)
       .then(() => runPrefetch({ ...run, mode: 'load', batchBytes: DECODE_BATCH_BYTES, parallel: 1 }))
       .catch((err: unknown) => {
