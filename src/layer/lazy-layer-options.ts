@@ -29,11 +29,6 @@ export interface LazyLayerOptions {
    * inside a batch in flight waits for that batch's request to complete, so batches stay small.
    */
   prefetchBatchBytes?: number;
-  /**
-   * A prefetch staged in the local store is decoded at the layer's first read, or this long after
-   * its bytes are in if no read came first (ms, on the scheduler's clock). Default 200.
-   */
-  prefetchDecodeDelayMs?: number;
   /** Fetch the whole layer in the background after the prefetch. Default true. */
   backgroundFetch?: boolean;
   /**

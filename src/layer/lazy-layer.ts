@@ -18,17 +18,6 @@ import { runPrefetch } from './prefetch-run.js';
 import type { LayerState, ReadOptions } from './types.js';
 import type { LazyLayerOptions } from './lazy-layer-options.js';
 
-/**
- * How long a staged prefetch waits for the layer's first read before it is decoded anyway. A
- * client's lookups come in one burst: 200 ms after the region's bytes are in, the pull is usually
- * over and the container not yet reading, so the decode takes CPU from neither. Decoded only at
- * the first read, it ran beside the container's first reads: optimised image, model-load, loopback,
- * same runs (5-6 each): cold shard read p50 200 / 212 / 199 vs 183 / 190 / 178 MB/s, start-up and
- * peak RSS unchanged (bench/README.md, session 30). Decoded as soon as staged, it took CPU from the
- * client's pull (pull p50 281 vs 227 ms).
- */
-const PREFETCH_DECODE_DELAY_MS = 200;
-
 /** Compressed bytes per batch of a staged prefetch's decode pass. */
 const DECODE_BATCH_BYTES = 1024 * 1024;
 
@@ -433,10 +422,10 @@ export class LazyLayer {
   /**
    * The start-up prefetch. With a local compressed store it is staged: the compressed bytes are
    * fetched now (the client is still pulling: on a slow link they arrive meanwhile) and decoded
-   * at the layer's first read or PREFETCH_DECODE_DELAY_MS after, whichever comes first, at the
-   * prefetch tier, in small steps. Decoding while the client pulled took CPU from its own work
-   * (optimised image, loopback, same runs: pull 0.47-0.71 s against 0.35-0.55 staged). Without a
-   * local store the chunks are loaded now.
+   * once the layer's files are first read (the container runs), at the prefetch tier, ahead of
+   * its reads. Decoding while the client pulled took CPU from its own work (optimised image,
+   * loopback, same runs: pull 0.47-0.71 s against 0.35-0.55 staged), and the decoded chunks of a
+   * layer nobody reads waited in the memory LRU. Without a local store the chunks are loaded now.
    * The background fetch waits for the first part only.
    */
   private async prefetch(plan: LayerPlan): Promise<void> {
@@ -461,9 +450,7 @@ export class LazyLayer {
     // container's reads and keep little in memory beside them (optimised model-load, 8 runs each:
     // peak RSS 140-149 vs 143-155 MB; start-up p50 1.10 vs 1.16 s loopback, 2.14 vs 2.18 at 100
     // Mbit, against 4 MiB batches two at a time)
-    const delay = this.opts.prefetchDecodeDelayMs ?? PREFETCH_DECODE_DELAY_MS;
-    const due = Promise.race([this.firstRead.promise, this.scheduler.clock.sleep(delay, this.closing.signal)]);
-    this.prefetchDecode = raceAbort(due, this.closing.signal)
+    this.prefetchDecode = raceAbort(this.firstRead.promise, this.closing.signal)
       .then(() => runPrefetch({ ...run, mode: 'load', batchBytes: DECODE_BATCH_BYTES, parallel: 1 }))
       .catch((err: unknown) => {
         if (!this.closing.signal.aborted) this.recordError(err, 'prefetch decode failed');

@@ -670,28 +670,14 @@ const prefetchAll = (fx: Fixture): Fixture => ({
 });
 
 describe('a prefetch staged in the local compressed store', () => {
-  /** A scheduler on a clock that only moves when the test says (the decode's delay). */
-  const held = (clock: ManualClock): FetchScheduler =>
-    new FetchScheduler({ quietMs: 0, bandwidthBytesPerSec: 0, clock });
-
   it('fetches the region once, decodes nothing until the first read, then decodes from local bytes', async () => {
     const { fx, source, local } = localFixture();
     const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
     const put = vi.spyOn(mem, 'put');
-    const clock = new ManualClock();
     try {
-      const layer = makeLayer(prefetchAll(fx), source, {
-        prefetch: true,
-        cache: mem,
-        local,
-        scheduler: held(clock),
-        prefetchDecodeDelayMs: 200,
-      });
+      const layer = makeLayer(prefetchAll(fx), source, { prefetch: true, cache: mem, local });
       layer.start();
       await layer.whenPrefetched();
-      await settle();
-      // short of the delay, and no read: still nothing decoded
-      clock.advance(199);
       await settle();
       // one request for the region, kept locally; no chunk decoded while nobody reads the layer
       expect(source.delivered()).toHaveLength(1);
@@ -713,41 +699,6 @@ describe('a prefetch staged in the local compressed store', () => {
       expect((await layer.read(fx.nodes.get(path)!, 0, content.length)).equals(content)).toBe(true);
       await layer.whenPrefetchDecoded();
       for (const c of data) expect(mem.has(c.digest)).toBe(true);
-      for (const [p, want] of fx.files) {
-        expect((await layer.read(fx.nodes.get(p)!, 0, want.length)).equals(want)).toBe(true);
-      }
-      expect(source.delivered()).toHaveLength(1);
-    } finally {
-      for (const l of layers.splice(0)) await l.close();
-      await mem.close();
-    }
-  });
-
-  it('decodes the region once the delay has passed without a read', async () => {
-    const { fx, source, local } = localFixture();
-    const mem = await ChunkCache.open({ root: join(root, 'mem'), minFreeBytes: 0, memoryBytes: 1 << 20 });
-    const put = vi.spyOn(mem, 'put');
-    const clock = new ManualClock();
-    try {
-      const layer = makeLayer(prefetchAll(fx), source, {
-        prefetch: true,
-        cache: mem,
-        local,
-        scheduler: held(clock),
-        prefetchDecodeDelayMs: 200,
-      });
-      layer.start();
-      await layer.whenPrefetched();
-      while (clock.waiting === 0) await settle(1);
-      expect(put).not.toHaveBeenCalled();
-      clock.advance(200);
-      await layer.whenPrefetchDecoded();
-      const data = [...fx.nodes.values()]
-        .flatMap((n) => (n.type === 'reg' ? n.chunks : []))
-        .filter((c) => !c.zeros);
-      for (const c of data) expect(mem.has(c.digest)).toBe(true);
-      // decoded from the local bytes: still the one request of the staging
-      expect(source.delivered()).toHaveLength(1);
       for (const [p, want] of fx.files) {
         expect((await layer.read(fx.nodes.get(p)!, 0, want.length)).equals(want)).toBe(true);
       }
