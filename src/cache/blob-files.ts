@@ -1,5 +1,5 @@
 import * as fsp from 'node:fs/promises';
-import { DIRECT_WRITE_FLAGS } from '../util/direct-write.js';
+import { openDirectForWrite, type PositionalWriter } from '../util/direct-write.js';
 
 /**
  * Where the blob store may take disk space from. The chunk cache implements it
@@ -14,13 +14,7 @@ export interface DiskBudget {
 }
 
 /** The part of a FileHandle the store uses (tests inject failures through it). */
-export interface BlobFileHandle {
-  write(
-    buffer: Uint8Array,
-    offset: number,
-    length: number,
-    position: number,
-  ): Promise<{ bytesWritten: number }>;
+export interface BlobFileHandle extends PositionalWriter {
   read(buffer: Uint8Array, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
   datasync(): Promise<void>;
   stat(): Promise<{ size: number }>;
@@ -46,14 +40,7 @@ export interface BlobFs {
 /** node:fs/promises as a BlobFs. */
 export const nodeFs: BlobFs = {
   open: (path, flags, mode) => fsp.open(path, flags, mode),
-  openDirect: async (path) => {
-    try {
-      return await fsp.open(path, DIRECT_WRITE_FLAGS);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
-      throw Object.assign(new Error('file system refuses O_DIRECT', { cause: err }), { code: 'E_NO_DIRECT' });
-    }
-  },
+  openDirect: (path) => openDirectForWrite(path),
   readFile: (path) => fsp.readFile(path),
   rename: (from, to) => fsp.rename(from, to),
   unlink: (path) => fsp.unlink(path),

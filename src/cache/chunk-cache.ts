@@ -73,10 +73,9 @@ export { footprint } from './disk-budget.js';
 const DISK_AFTER_READ_MIN = 1024 * 1024;
 
 /*
- * Chunk files of DIRECT_MIN_BYTES and more (the 4 MiB chunks of a model read and of the background pass) are written
- * with O_DIRECT (util/direct-write.ts) while the cache is being filled at DIRECT_MIN_RATE or faster
- * (cache/write-rate.ts).
- * Through the page cache, those writes were 21-31 % of the store's CPU during a cold model read
+ * Chunk files of DIRECT_MIN_BYTES and more (the 4 MiB chunks of a model read and of the background
+ * pass) are written with O_DIRECT (util/direct-write.ts) while the cache is being filled at
+ * DIRECT_MIN_RATE or faster (cache/write-rate.ts). Through the page cache, those writes were 21-31 % of the store's CPU during a cold model read
  * on loopback (every fresh page-cache page faults in this VM); O_DIRECT read the shard 97 vs 80
  * MB/s (harness p50, same run). But a file written so is not in the page cache, and the kernel
  * does drop pages of a shard read long ago (session 28: this VM pages out memory unused for ~1 s):
@@ -451,8 +450,9 @@ export class ChunkCache {
    * system refused O_DIRECT once; otherwise a buffered write.
    */
   private async createFile(tmp: string, data: Buffer): Promise<FileHandle> {
-    if (data.length >= DIRECT_MIN_BYTES) this.largeWrites.add(data.length);
-    if (this.direct && data.length >= DIRECT_MIN_BYTES && this.largeWrites.perSecond() >= DIRECT_MIN_RATE) {
+    const large = data.length >= DIRECT_MIN_BYTES;
+    if (large) this.largeWrites.add(data.length);
+    if (large && this.direct && this.largeWrites.perSecond() >= DIRECT_MIN_RATE) {
       try {
         return await createFileDirect(tmp, data, 0o600);
       } catch (err) {

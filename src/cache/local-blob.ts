@@ -350,7 +350,7 @@ export class LocalBlob {
    * Bytes [start, end) of the blob from `buf` (holding the blob from `offset`). The page-aligned
    * middle of a large range skips the page cache while the store fills fast
    * (BlobStore.wantsDirect): through it, these writes were the thread pool's largest cost in a cold
-   * model read on loopback (`copy_folio_from_iter_atomic` 46 % of its samples, every fresh
+   * model read on loopback (`pwrite` into fresh page-cache pages 43 % of its samples, every fresh
    * page-cache page faulting in this VM); with no local writes at all the read ran at 215 vs 165
    * MB/s (bench/README.md, session 30). The partial pages at both ends go through the page cache,
    * so no page is ever written both ways (the kernel drops cached copies of directly written pages).

@@ -12,8 +12,8 @@ export const DIRECT_MIN_BYTES = 1 * MiB;
 export const DIRECT_MIN_RATE = 32 * MiB;
 
 /**
- * Bytes written over the last `windowMs` (a sliding window of marks): how fast the chunk cache is
- * being filled right now, which decides how its large files are written (cache/chunk-cache.ts).
+ * Bytes written over the last `windowMs` (a sliding window of marks): how fast one kind of file is
+ * being filled right now, which decides whether its large writes skip the page cache.
  */
 export class WriteRate {
   private readonly marks: Array<{ at: number; bytes: number }> = [];

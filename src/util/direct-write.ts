@@ -53,6 +53,18 @@ export async function writeDirectAt(fh: PositionalWriter, data: Uint8Array, posi
   }
 }
 
+/**
+ * An existing file opened for direct writes (writeDirectAt). Rejects with `E_NO_DIRECT` when the
+ * file system refuses O_DIRECT.
+ */
+export async function openDirectForWrite(path: string): Promise<FileHandle> {
+  try {
+    return await open(path, constants.O_WRONLY | constants.O_DIRECT);
+  } catch (err) {
+    throw (err as NodeJS.ErrnoException).code === 'EINVAL' ? noDirect(err) : err;
+  }
+}
+
 /** The one method of a file handle a direct write uses (FileHandle, the blob store's handles). */
 export interface PositionalWriter {
   write(
@@ -77,8 +89,6 @@ const STAGE = 1 << 20;
 const SLOTS = 4;
 const WASM_PAGE = 64 << 10;
 const OPEN_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_DIRECT;
-/** Flags to open an existing file for direct writes (writeDirectAt). */
-export const DIRECT_WRITE_FLAGS = constants.O_WRONLY | constants.O_DIRECT;
 
 let slots: Buffer[] | undefined;
 /** Writers waiting for a slot, first come first served. */
